@@ -1,0 +1,50 @@
+# The two commands a new user needs: `make lab` and `make test` (see README.md).
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+export PATH := $(CURDIR)/.venv/bin:$(PATH)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export ANSIBLE_FORCE_COLOR ?= 0
+COLLECTION := collections/ansible_collections/ai_platform/l1
+SCENARIOS := $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
+
+.PHONY: bootstrap image lab lab-up lab-down lab-status test lint sanity unit molecule integration
+
+bootstrap:
+	bash lab/bootstrap.sh
+
+image: bootstrap
+	python lab/labctl.py image
+
+## make lab: build the 6-node lab and roll out playbooks/site.yml against it.
+lab: bootstrap
+	python lab/labctl.py up
+	ansible-playbook playbooks/site.yml
+
+lab-up: bootstrap
+	python lab/labctl.py up
+
+lab-down:
+	python lab/labctl.py down
+
+lab-status:
+	python lab/labctl.py status
+
+## make test: every gate; the first that fails fails the run.
+test: bootstrap lint sanity unit molecule integration
+
+lint:
+	yamllint -s .
+	ruff check .
+	ansible-lint --profile production
+
+sanity:
+	bash tests/sanity.sh
+
+unit:
+	python -m pytest -q tests/unit
+
+molecule: image
+	@for s in $(SCENARIOS); do echo "== molecule test -s $$s"; molecule test -s $$s || exit 1; done
+
+integration: image
+	python -m pytest -q tests/integration
