@@ -1,0 +1,488 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2025, ai_platform L1 maintainers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Check the whole inventory on the controller before any host is touched.
+
+The checks are pure functions over ``groups`` and ``hostvars`` so they can be unit-tested
+without Ansible running; ``ActionModule`` only gathers the inputs and reports.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import os
+import posixpath
+import re
+from collections.abc import Mapping
+
+from ansible import constants as C
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.plugins.action import ActionBase
+
+RULE_KEYS = frozenset((
+    'hosts', 'required', 'type', 'elements', 'choices', 'min', 'max', 'pattern', 'format', 'version_min',
+    'same_on_all_hosts',
+))
+TYPES = ('str', 'int', 'float', 'bool', 'list', 'dict')
+FORMATS = ('ip', 'cidr', 'abspath', 'hostname_or_ip')
+TYPE_WORDS = {
+    'str': 'a string', 'int': 'an integer', 'float': 'a number',
+    'bool': 'a boolean', 'list': 'a list', 'dict': 'a dict',
+}
+LABEL = r'[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?'
+HOSTNAME_RE = re.compile(rf'^(?=.{{1,253}}$){LABEL}(\.{LABEL})*$')
+# bool before int: True is an int in Python.
+TYPE_CLASSES = (
+    ('bool', bool), ('int', int), ('float', float), ('str', str), ('dict', Mapping), ('list', (list, tuple)),
+)
+MAX_HOSTS_NAMED = 5
+
+
+class _Undefined:
+    """Marks a variable a host does not define (None is a legitimate YAML value)."""
+
+
+UNDEFINED = _Undefined()
+
+
+# ---------------------------------------------------------------- value helpers
+
+def type_name(value):
+    """The YAML-ish name of a value's type (Ansible 2.19 wraps values in tagged subclasses)."""
+    if value is None:
+        return 'null'
+    for name, cls in TYPE_CLASSES:
+        if isinstance(value, cls):
+            return name
+    return type(value).__name__
+
+
+def show(value):
+    """Render a value for an error message the way it looks in YAML."""
+    kind = type_name(value)
+    if kind == 'str':
+        return repr(str(value))
+    if kind in ('int', 'float', 'bool'):
+        return repr({'int': int, 'float': float, 'bool': bool}[kind](value))
+    if kind == 'null':
+        return 'null'
+    return str(value)
+
+
+def has_type(value, wanted):
+    kind = type_name(value)
+    if wanted == 'float':
+        return kind in ('int', 'float')
+    return kind == wanted
+
+
+def version_tuple(text):
+    """Leading numeric components of a version string: '1.28.6' -> (1, 28, 6)."""
+    parts = []
+    for part in str(text).split('.'):
+        match = re.match(r'\d+', part)
+        if not match:
+            break
+        parts.append(int(match.group(0)))
+    return tuple(parts)
+
+
+def _is_ip(text):
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _cidr_problem(text):
+    """What is wrong with a CIDR string, or None."""
+    if '/' not in text:
+        return 'a CIDR with a prefix length such as 10.244.0.0/16'
+    try:
+        ipaddress.ip_network(text, strict=True)
+    except ValueError:
+        try:
+            loose = ipaddress.ip_network(text, strict=False)
+        except ValueError:
+            return 'a CIDR such as 10.244.0.0/16'
+        return f'a network address, {loose}'
+    return None
+
+
+def _is_hostname(text):
+    # All-digit dotted names are mistyped addresses (192.0.2.300), not DNS names.
+    return bool(HOSTNAME_RE.match(text)) and not text.replace('.', '').isdigit()
+
+
+FORMAT_PROBLEMS = {
+    'ip': lambda text: None if _is_ip(text) else 'an IP address',
+    'cidr': _cidr_problem,
+    'abspath': lambda text: None if posixpath.isabs(text) else 'an absolute path',
+    'hostname_or_ip': lambda text: None if _is_ip(text) or _is_hostname(text) else 'an IP address or a DNS name',
+}
+
+
+def check_format(name, value, fmt):
+    """Return an error message if a string is not in the named format, else None."""
+    problem = FORMAT_PROBLEMS[fmt](str(value))
+    return f'{name} must be {problem} (got {show(value)})' if problem else None
+
+
+def check_value(name, value, rule):
+    """All messages for one defined value against one rule (type errors stop the rest)."""
+    wanted = rule.get('type')
+    if wanted and not has_type(value, wanted):
+        hint = '; quote it in YAML' if wanted == 'str' and type_name(value) in ('float', 'int') else ''
+        return [f'{name} must be {TYPE_WORDS[wanted]} (got {type_name(value)} {show(value)}{hint})']
+    if wanted == 'list' and rule.get('elements'):
+        bad = [item for item in value if not has_type(item, rule['elements'])]
+        if bad:
+            return [f"{name} items must each be {TYPE_WORDS[rule['elements']]} (got {show(bad[0])})"]
+    messages = []
+    if 'choices' in rule and value not in rule['choices']:
+        messages.append(f"{name} must be one of {', '.join(show(c) for c in rule['choices'])} (got {show(value)})")
+    if 'min' in rule and value < rule['min']:
+        messages.append(f"{name} must be >= {rule['min']} (got {show(value)})")
+    if 'max' in rule and value > rule['max']:
+        messages.append(f"{name} must be <= {rule['max']} (got {show(value)})")
+    pattern_ok = True
+    if 'pattern' in rule and not re.search(rule['pattern'], str(value)):
+        pattern_ok = False
+        messages.append(f"{name} must match {rule['pattern']} (got {show(value)})")
+    if 'format' in rule:
+        message = check_format(name, value, rule['format'])
+        if message:
+            messages.append(message)
+    if pattern_ok and 'version_min' in rule and version_tuple(value) < version_tuple(rule['version_min']):
+        messages.append(f"{name} must be version {rule['version_min']} or newer (got {show(value)})")
+    return messages
+
+
+# ---------------------------------------------------------------- schema sanity
+
+def check_rules(rules):
+    """Mistakes in the schema itself: they would silently disable a check, so they are errors."""
+    errors = []
+    for name, rule in rules.items():
+        if not isinstance(rule, Mapping):
+            errors.append(f'schema: variables.{name} must be a dict of rules (got {type_name(rule)})')
+            continue
+        for key in sorted(set(rule) - RULE_KEYS):
+            errors.append(f"schema: variables.{name} has unknown rule '{key}' (known: {', '.join(sorted(RULE_KEYS))})")
+        for key, known in (('type', TYPES), ('elements', TYPES), ('format', FORMATS)):
+            if rule.get(key) not in (None, *known):
+                errors.append(f"schema: variables.{name}.{key} must be one of {', '.join(known)} "
+                              f"(got {show(rule[key])})")
+        if 'pattern' in rule:
+            try:
+                re.compile(rule['pattern'])
+            except re.error as exc:
+                errors.append(f'schema: variables.{name}.pattern is not a valid regular expression ({exc})')
+    return errors
+
+
+# ---------------------------------------------------------------- inventory checks
+# Each returns a list of (subject, message, scope) where subject is a host name, or a
+# string starting with 'group ' / 'hosts ' for errors that are not about one host, and
+# scope is the group whose hosts a per-host rule applied to (used to fold repeated lines).
+
+def check_groups(groups, required_groups, group_sizes):
+    found = []
+    for group in required_groups:
+        if group not in groups:
+            found.append((f'group {group}', 'required group is missing from the inventory', None))
+        elif not groups[group]:
+            found.append((f'group {group}', 'required group has no hosts', None))
+    for group, sizes in group_sizes.items():
+        members = list(groups.get(group) or [])
+        if members and len(members) not in sizes:
+            allowed = ', '.join(str(s) for s in sizes[:-1]) + f' or {sizes[-1]}' if len(sizes) > 1 else str(sizes[0])
+            message = f"must have {allowed} hosts (has {len(members)}: {', '.join(members)})"
+            found.append((f'group {group}', message, None))
+    return found
+
+
+def check_membership(groups, exclusive_groups, member_of):
+    found = []
+    for exclusive in exclusive_groups:
+        for host in _all_hosts(groups):
+            inside = [g for g in exclusive if host in (groups.get(g) or [])]
+            if len(inside) > 1:
+                found.append((host, f"is in {' and '.join(inside)}, which are mutually exclusive", None))
+    for group, parent in member_of.items():
+        parent_hosts = set(groups.get(parent) or [])
+        for host in groups.get(group) or []:
+            if host not in parent_hosts:
+                found.append((host, f'is in {group} but not in {parent}', None))
+    return found
+
+
+def check_unique(groups, hostvars, unique_vars):
+    found = []
+    for name in unique_vars:
+        owners = {}
+        for host in _all_hosts(groups):
+            value = _get(hostvars, host, name)
+            if isinstance(value, tuple):  # templating failed; reported by the rules
+                continue
+            if value is not UNDEFINED and value is not None:
+                owners.setdefault(str(value), []).append(host)
+        for value, hosts in owners.items():
+            if len(hosts) > 1:
+                found.append((f'hosts {", ".join(hosts)}', f'{name} must be unique (each is {show(value)})', None))
+    return found
+
+
+def check_vars(groups, hostvars, rules):
+    found = []
+    for name, rule in rules.items():
+        if not isinstance(rule, Mapping):
+            continue
+        scope = rule.get('hosts', 'all')
+        hosts = _scope_hosts(groups, scope)
+        seen = {}
+        for host in hosts:
+            value = _get(hostvars, host, name)
+            if isinstance(value, tuple):
+                found.append((host, f'{name} cannot be templated: {value[0]}', scope))
+            elif value is UNDEFINED:
+                if rule.get('required'):
+                    found.append((host, f'{name} is required but not defined', scope))
+            else:
+                seen.setdefault(show(value), []).append(host)
+                found.extend((host, message, scope) for message in check_value(name, value, rule))
+        if rule.get('same_on_all_hosts') and len(seen) > 1:
+            detail = '; '.join(f'{value} on {_names(owners)}' for value, owners in seen.items())
+            found.append((f'group {scope}', f'{name} must be the same on every host (got {detail})', None))
+    return found
+
+
+def check_disjoint(groups, hostvars, disjoint_cidrs):
+    found = []
+    for names in disjoint_cidrs:
+        for host in _all_hosts(groups):
+            nets = []
+            for name in names:
+                value = _get(hostvars, host, name)
+                if value is UNDEFINED or isinstance(value, tuple) or not isinstance(value, str):
+                    continue
+                try:
+                    nets.append((name, value, ipaddress.ip_network(str(value), strict=False)))
+                except ValueError:
+                    continue  # not an address (e.g. a DNS name in ansible_host) or already reported
+            for i, (name_a, value_a, net_a) in enumerate(nets):
+                for name_b, value_b, net_b in nets[i + 1:]:
+                    if net_a.version == net_b.version and net_a.overlaps(net_b):
+                        found.append((host, f'{name_a} {show(value_a)} overlaps {name_b} {show(value_b)}', 'all'))
+    return found
+
+
+def check_role_specs(groups, hostvars, role_specs):
+    """role_specs: {role: (group, options or an error message)} -> per-host argument errors."""
+    found = []
+    for role, (scope, options) in role_specs.items():
+        if isinstance(options, str):
+            found.append((f'role {role}', options, None))
+            continue
+        validator = ArgumentSpecValidator(options)
+        prefix = f'{role}_'
+        for host in _scope_hosts(groups, scope):
+            params = {}
+            for name in options:
+                value = _get(hostvars, host, name)
+                if isinstance(value, tuple):
+                    found.append((host, f'{name} cannot be templated: {value[0]}', scope))
+                elif value is not UNDEFINED:
+                    params[name] = value
+            for message in validator.validate(params).error_messages:
+                found.append((host, f'role {role}: {message}', scope))
+            # A misspelt role variable is silently ignored by the role: catch it here.
+            for name in _var_names(hostvars, host):
+                if name.startswith(prefix) and name not in options:
+                    close = difflib.get_close_matches(name, list(options), n=1)
+                    hint = f' (did you mean {close[0]}?)' if close else ''
+                    found.append((host, f'{name} is not a variable of role {role}{hint}', scope))
+    return found
+
+
+def fold(found, groups):
+    """Turn (subject, message, scope) into lines; the same message on many hosts becomes one line."""
+    by_message = {}
+    order = []
+    for subject, message, scope in found:
+        key = (message, scope if scope else subject)
+        if key not in by_message:
+            by_message[key] = []
+            order.append(key)
+        if subject not in by_message[key]:
+            by_message[key].append(subject)
+    lines = []
+    for key in order:
+        message, scope = key
+        subjects = by_message[key]
+        if subjects[0].startswith(('group ', 'hosts ', 'role ')):
+            lines.append(f'{subjects[0]}: {message}')
+        elif len(subjects) == 1:
+            lines.append(f'host {subjects[0]}: {message}')
+        elif len(subjects) > 1 and subjects == list(_scope_hosts(groups, scope)):
+            lines.append(f'group {scope}: {message}')
+        else:
+            lines.append(f'hosts {_names(subjects)}: {message}')
+    return lines
+
+
+def validate_inventory(groups, hostvars, *, required_groups=(), group_sizes=None, exclusive_groups=(), member_of=None,
+                       unique_vars=(), rules=None, disjoint_cidrs=(), role_specs=None):
+    """Every problem found, one line each; an empty list means the inventory is valid.
+
+    ``hostvars`` maps host -> mapping of that host's (templated on access) variables.
+    ``role_specs`` maps role -> (group, argument spec options dict or error message).
+    """
+    rules = rules or {}
+    schema_errors = check_rules(rules)
+    found = []
+    found += check_groups(groups, required_groups, group_sizes or {})
+    found += check_membership(groups, exclusive_groups, member_of or {})
+    found += check_unique(groups, hostvars, unique_vars)
+    found += check_vars(groups, hostvars, rules)
+    found += check_disjoint(groups, hostvars, disjoint_cidrs)
+    found += check_role_specs(groups, hostvars, role_specs or {})
+    return schema_errors + fold(found, groups)
+
+
+def _all_hosts(groups):
+    return list(groups.get('all') or [])
+
+
+def _scope_hosts(groups, scope):
+    return list(groups.get(scope) or [])
+
+
+def _names(hosts):
+    if len(hosts) <= MAX_HOSTS_NAMED:
+        return ', '.join(hosts)
+    return f"{', '.join(hosts[:MAX_HOSTS_NAMED])} and {len(hosts) - MAX_HOSTS_NAMED} more"
+
+
+def _var_names(hostvars, host):
+    try:
+        return list(hostvars[host])
+    except KeyError:
+        return []
+
+
+def _get(hostvars, host, name):
+    """A host's templated value, UNDEFINED, or (error text,) when templating fails."""
+    try:
+        host_vars = hostvars[host]
+    except KeyError:
+        return UNDEFINED
+    if name not in host_vars:
+        return UNDEFINED
+    try:
+        return host_vars[name]
+    except Exception as exc:  # noqa: BLE001 - any templating error is a finding, not a crash
+        return (str(exc).splitlines()[0] if str(exc) else type(exc).__name__,)
+
+
+# ---------------------------------------------------------------- role argument specs
+
+def find_role_options(role, roles_paths, loader):
+    """The 'main' entry point options of a role's meta/argument_specs.yml, or an error message."""
+    for base in roles_paths:
+        for name in ('argument_specs.yml', 'argument_specs.yaml', 'main.yml'):
+            path = os.path.join(base, role, 'meta', name)
+            if not os.path.isfile(path):
+                continue
+            data = loader.load_from_file(path) or {}
+            specs = data.get('argument_specs') if isinstance(data, Mapping) else None
+            if not specs:
+                continue
+            main = specs.get('main') or {}
+            return dict(main.get('options') or {})
+    return f"no meta/argument_specs.yml with a 'main' entry point found in {', '.join(roles_paths)}"
+
+
+# ---------------------------------------------------------------- the action
+
+ARGUMENT_SPEC = {
+    'required_groups': {'type': 'list', 'elements': 'str', 'default': []},
+    'group_sizes': {'type': 'dict', 'default': {}},
+    'exclusive_groups': {'type': 'list', 'elements': 'list', 'default': []},
+    'member_of': {'type': 'dict', 'default': {}},
+    'unique_vars': {'type': 'list', 'elements': 'str', 'default': []},
+    'variables': {'type': 'dict', 'default': {}},
+    'disjoint_cidrs': {'type': 'list', 'elements': 'list', 'default': []},
+    'role_argument_specs': {'type': 'dict', 'default': {}},
+    'roles_path': {'type': 'list', 'elements': 'path'},
+}
+
+
+class _HostVarsView(Mapping):
+    """Lazy host -> vars mapping over Ansible's HostVars, limited to inventory hosts."""
+
+    def __init__(self, hostvars, hosts):
+        self._hostvars = hostvars
+        self._hosts = hosts
+
+    def __getitem__(self, host):
+        if host not in self._hosts:
+            raise KeyError(host)
+        return self._hostvars[host]
+
+    def __iter__(self):
+        return iter(self._hosts)
+
+    def __len__(self):
+        return len(self._hosts)
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+    _supports_check_mode = True
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)
+        del tmp
+        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+
+        groups = {name: list(hosts) for name, hosts in (task_vars.get('groups') or {}).items()}
+        hosts = set(groups.get('all') or [])
+        hostvars = _HostVarsView(task_vars.get('hostvars') or {}, hosts)
+
+        roles_paths = args['roles_path'] or self._default_roles_paths(task_vars)
+        role_specs = {}
+        for role, scope in args['role_argument_specs'].items():
+            role_specs[role] = (scope, find_role_options(role, roles_paths, self._loader))
+
+        errors = validate_inventory(
+            groups, hostvars,
+            required_groups=args['required_groups'],
+            group_sizes={g: [int(n) for n in sizes] for g, sizes in args['group_sizes'].items()},
+            exclusive_groups=args['exclusive_groups'],
+            member_of=args['member_of'],
+            unique_vars=args['unique_vars'],
+            rules=args['variables'],
+            disjoint_cidrs=args['disjoint_cidrs'],
+            role_specs=role_specs,
+        )
+        result.update(changed=False, errors=errors, checked_hosts=len(hosts))
+        if errors:
+            result['failed'] = True
+            result['msg'] = f'inventory validation found {len(errors)} error(s):\n' + '\n'.join(errors)
+        else:
+            result['msg'] = f'inventory is valid ({len(hosts)} hosts checked)'
+        return result
+
+    @staticmethod
+    def _default_roles_paths(task_vars):
+        paths = []
+        playbook_dir = task_vars.get('playbook_dir')
+        if playbook_dir:
+            paths.append(os.path.join(playbook_dir, 'roles'))
+        paths.extend(C.DEFAULT_ROLES_PATH)
+        return paths

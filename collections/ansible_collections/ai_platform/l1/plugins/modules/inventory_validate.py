@@ -1,0 +1,176 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2025, ai_platform L1 maintainers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+
+# This file only documents the action plugin of the same name, as ansible.builtin.assert does:
+# the checks run on the controller and never reach a managed host.
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: inventory_validate
+short_description: Check the whole inventory before any host is touched
+version_added: 0.1.0
+description:
+  - Runs on the controller and checks every inventory host's groups and variables at once,
+    so that a bad inventory fails the run before any host is contacted.
+  - Checks group structure (required groups, allowed group sizes such as an odd etcd member
+    count, mutually exclusive groups, groups that must lie inside another group), unique
+    values (such as C(ansible_host)), typed per-host values, CIDR overlaps, and each host's
+    role variables against the C(meta/argument_specs.yml) of the roles the host will run.
+  - Collects every error and fails once with one line per error, each naming the host (or
+    group) and the variable. The same error on every host of a rule's group is folded into
+    one C(group NAME:) line.
+  - Types are strict, unlike role argument validation, which converts. A YAML C(12.4) is a
+    float, not the version string C("12.4").
+options:
+  required_groups:
+    description: Groups that must exist and have at least one host.
+    type: list
+    elements: str
+    default: []
+  group_sizes:
+    description:
+      - Group name to the list of allowed host counts, for example
+        C(k8s_control_plane) V([1, 3, 5, 7]). An absent or empty group is not checked here.
+    type: dict
+    default: {}
+  exclusive_groups:
+    description: Lists of groups; a host may be in at most one group of each list.
+    type: list
+    elements: list
+    default: []
+  member_of:
+    description: Group name to a parent group; every host of the group must also be in the parent.
+    type: dict
+    default: {}
+  unique_vars:
+    description: Variables whose value must differ between hosts (hosts that do not define them are ignored).
+    type: list
+    elements: str
+    default: []
+  variables:
+    description:
+      - Variable name to a dict of rules checked on every host the rule applies to.
+      - C(hosts) is the group the rule applies to (default C(all)); C(required) makes the
+        variable mandatory there.
+      - C(type) is one of C(str), C(int), C(float), C(bool), C(list), C(dict); C(elements)
+        types list items.
+      - C(choices), C(min), C(max), C(pattern) (a Python regular expression, searched),
+        C(format) (C(ip), C(cidr), C(abspath), C(hostname_or_ip)) and C(version_min) (a
+        dotted version the value must be at least) constrain the value.
+      - C(same_on_all_hosts) requires one value across the group, for cluster-wide settings.
+      - An unknown rule key is reported as an error, so a typo cannot disable a check.
+    type: dict
+    default: {}
+  disjoint_cidrs:
+    description:
+      - Lists of variable names whose values (CIDRs or addresses) must not overlap on any host,
+        for example the pod range, the service range and the node address.
+      - Values that are not addresses, such as DNS names, are ignored.
+    type: list
+    elements: list
+    default: []
+  role_argument_specs:
+    description:
+      - Role name to the group whose hosts run the role. Each host's variables named in the
+        role's C(main) entry point are validated against its C(meta/argument_specs.yml), and
+        variables with the role's prefix (C(ROLE_)) that the spec does not know are reported
+        as probable typos.
+      - A role without C(meta/argument_specs.yml) is an error.
+    type: dict
+    default: {}
+  roles_path:
+    description:
+      - Directories searched for the roles of O(role_argument_specs).
+      - Defaults to the playbook directory's C(roles/) and then the configured roles path.
+    type: list
+    elements: path
+extends_documentation_fragment:
+  - action_common_attributes
+  - action_common_attributes.conn
+  - action_common_attributes.flow
+attributes:
+  action:
+    support: full
+  async:
+    support: none
+  become:
+    support: none
+  bypass_host_loop:
+    support: none
+  check_mode:
+    support: full
+  connection:
+    support: none
+  delegation:
+    support: none
+    details: It always runs on the controller; delegation only chooses whose connection variables are ignored.
+  diff_mode:
+    support: none
+  platform:
+    platforms: all
+seealso:
+  - module: ansible.builtin.assert
+  - module: ansible.builtin.validate_argument_spec
+author:
+  - ai_platform L1 maintainers
+"""
+
+EXAMPLES = r"""
+- name: Validate the inventory
+  hosts: all
+  gather_facts: false
+  any_errors_fatal: true
+  tasks:
+    - name: Check groups and values before any host is touched
+      ai_platform.l1.inventory_validate:
+        required_groups: [k8s_control_plane, k8s_worker]
+        group_sizes:
+          k8s_control_plane: [1, 3, 5, 7]
+        exclusive_groups:
+          - [k8s_control_plane, k8s_worker]
+        member_of:
+          gpu_nvidia: k8s_worker
+        unique_vars: [ansible_host]
+        disjoint_cidrs:
+          - [k8s_pod_cidr, k8s_service_cidr, ansible_host]
+        role_argument_specs:
+          common: all
+        variables:
+          k8s_pod_cidr:
+            required: true
+            type: str
+            format: cidr
+            same_on_all_hosts: true
+          nvidia_driver_version:
+            hosts: gpu_nvidia
+            type: str
+            pattern: '^\d{3}\.\d{2,3}(\.\d{2,3})?$'
+      run_once: true
+      delegate_to: localhost
+"""
+
+RETURN = r"""
+errors:
+  description:
+    - One line per problem found.
+    - Each starts with C(host NAME:), C(hosts A, B:), C(group NAME:) or C(role NAME:).
+  returned: always
+  type: list
+  elements: str
+  sample:
+    - "group k8s_control_plane: must have 1, 3, 5 or 7 hosts (has 2: cp1, cp2)"
+    - "host gpu1: nvidia_driver_version must match ^\\d{3}\\.\\d{2,3}(\\.\\d{2,3})?$ (got '55x')"
+checked_hosts:
+  description: Number of inventory hosts checked.
+  returned: always
+  type: int
+  sample: 99
+msg:
+  description: A summary, followed on failure by every error line.
+  returned: always
+  type: str
+  sample: inventory is valid (99 hosts checked)
+"""
