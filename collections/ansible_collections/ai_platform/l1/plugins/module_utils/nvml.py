@@ -1,0 +1,701 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2025, ai_platform L1 contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""NVIDIA GPU discovery through NVML (pynvml) plus the kernel log for XID errors.
+
+Pure Python with no Ansible imports, so tests/device/gpu_check.py can load it on a
+machine that only has python3 and nvidia-ml-py. The gpu_info module wraps it.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import ctypes
+import json
+import re
+import subprocess
+import time
+import traceback
+from datetime import datetime, timedelta, timezone
+
+try:
+    import pynvml
+
+    HAS_PYNVML = True
+    PYNVML_IMPORT_ERROR = None
+except ImportError:
+    pynvml = None
+    HAS_PYNVML = False
+    PYNVML_IMPORT_ERROR = traceback.format_exc()
+
+# Application XIDs (user-program faults) that the NVIDIA device plugin also ignores
+# for health; they are still listed in xid_errors.
+DEFAULT_XID_IGNORE = [13, 31, 43, 45, 68, 109]
+DEFAULT_XID_WINDOW = 86400
+XID_LIMIT_PER_GPU = 100
+
+# NVML constants, kept here so a pynvml without one of them does not break us.
+_NOT_SUPPORTED = 3
+_INVALID_ARGUMENT = 2
+_FUNCTION_NOT_FOUND = 13
+_ARGUMENT_VERSION_MISMATCH = 25
+_UNSUPPORTED = (_NOT_SUPPORTED, _FUNCTION_NOT_FOUND, _ARGUMENT_VERSION_MISMATCH)
+_NVLINK_DEVICE_TYPE_SWITCH = 2
+_P2P_CAPS_INDEX_NVLINK = 2
+_P2P_STATUS_OK = 0
+_GPU_INSTANCE_PROFILE_COUNT = 0x12
+_NVLINK_MAX_LINKS = 36
+
+_INIT_REASONS = {
+    9: "NVIDIA kernel driver is not loaded (NVML: Driver Not Loaded)",
+    12: "NVML library libnvidia-ml.so.1 not found (NVIDIA driver not installed)",
+    4: "no permission to use NVML (NVML: Insufficient Permissions)",
+    18: "NVIDIA driver and NVML library versions do not match (reboot or reload the driver)",
+}
+
+XID_RE = re.compile(
+    r"NVRM: Xid \(PCI:([0-9a-fA-F]+):([0-9a-fA-F]+):([0-9a-fA-F]+)(?:\.[0-9a-fA-F]+)?\): (\d+),\s*(.*)"
+)
+_ISO_RE = re.compile(
+    r"^(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d+))?(Z|[+-]\d\d:?\d\d)?"
+)
+_SYSLOG_RE = re.compile(r"^([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d) ")
+_DMESG_REL_RE = re.compile(r"^\[\s*(\d+\.\d+)\]")
+_MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+
+
+def empty_result(reason):
+    """The documented absent result: present false, reason set, other keys empty."""
+    return {
+        "present": False,
+        "reason": reason,
+        "driver_version": "",
+        "cuda_driver_version": "",
+        "count": 0,
+        "topology": "",
+        "fabric_manager": {"required": False, "state": "n/a"},
+        "gpus": [],
+        "health": {"ok": True, "problems": []},
+    }
+
+
+def _code(exc):
+    return getattr(exc, "value", None)
+
+
+def _text(value):
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return "" if value is None else str(value)
+
+
+class _Caller:
+    """Calls NVML, turns unsupported answers into None and records real failures."""
+
+    def __init__(self, nvml, errors):
+        self.nvml = nvml
+        self.errors = errors
+
+    def __call__(self, what, fn_name, *args, **kwargs):
+        fn = getattr(self.nvml, fn_name, None)
+        if fn is None:
+            return None
+        try:
+            return fn(*args, **kwargs)
+        except UnicodeDecodeError as exc:
+            # pynvml decodes strings as UTF-8; keep what the driver said, marked as garbled.
+            self.errors.append("%s: not valid UTF-8" % what)
+            return exc.object.decode("utf-8", "replace") if isinstance(exc.object, bytes) else None
+        except self.nvml.NVMLError as exc:
+            if _code(exc) not in _UNSUPPORTED:
+                self.errors.append("%s: %s" % (what, _nvml_error_text(exc)))
+            return None
+        except Exception as exc:  # noqa: BLE001 -- a broken answer must never traceback
+            self.errors.append("%s: %s" % (what, exc))
+            return None
+
+
+def _nvml_error_text(exc):
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001
+        return "NVML error %s" % _code(exc)
+
+
+def cuda_version_text(value):
+    """12040 -> '12.4' (NVML encodes major*1000 + minor*10)."""
+    if not isinstance(value, int) or value <= 0:
+        return ""
+    return "%d.%d" % (value // 1000, (value % 1000) // 10)
+
+
+def normalize_pci(bus_id):
+    """Any PCI address form -> (domain, bus, device) ints, or None."""
+    m = re.match(r"^\s*([0-9a-fA-F]+):([0-9a-fA-F]+):([0-9a-fA-F]+)", bus_id or "")
+    if not m:
+        return None
+    return tuple(int(x, 16) for x in m.groups())
+
+
+def classify_topology(count, any_switch, nvlink_pairs_ok, pair_count):
+    """single / nvswitch / nvlink-fullmesh / nvlink-partial / pcie ('' for no GPU)."""
+    if count <= 0:
+        return ""
+    if count == 1:
+        return "single"
+    if any_switch:
+        return "nvswitch"
+    if pair_count and nvlink_pairs_ok == pair_count:
+        return "nvlink-fullmesh"
+    if nvlink_pairs_ok:
+        return "nvlink-partial"
+    return "pcie"
+
+
+def _blank_gpu(index):
+    return {
+        "index": index,
+        "name": "",
+        "uuid": "",
+        "pci_bus_id": "",
+        "memory_total_mib": None,
+        "memory_used_mib": None,
+        "temperature_c": None,
+        "power_draw_w": None,
+        "power_limit_w": None,
+        "persistence_mode": None,
+        "compute_capability": "",
+        "mig": {"capable": False, "current": False, "pending": False, "profiles": [], "instances": []},
+        "nvlink": {"links_active": 0, "remote_nvswitch": False},
+        "ecc": {"dbe_volatile": None, "dbe_aggregate": None, "sbe_volatile": None, "sbe_aggregate": None},
+        "remapped_rows": None,
+        "retired_pages": None,
+        "xid_errors": [],
+        "errors": [],
+    }
+
+
+def _temperature(nvml, call, handle):
+    sensor = getattr(nvml, "NVML_TEMPERATURE_GPU", 0)
+    if hasattr(nvml, "nvmlDeviceGetTemperatureV"):
+        quiet = _Caller(nvml, [])
+        value = quiet("temperature", "nvmlDeviceGetTemperatureV", handle, sensor)
+        if value is not None:
+            return value
+    # Drivers before nvmlDeviceGetTemperatureV only have the legacy call.
+    return call("temperature", "nvmlDeviceGetTemperature", handle, sensor)
+
+
+def _mig_profile_name(info):
+    name = _text(getattr(info, "name", b""))
+    if name.startswith("MIG "):
+        name = name[4:]
+    if not name:
+        # Version 1 structs have no name: rebuild NVIDIA's "<slices>g.<GB>gb" form.
+        name = "%dg.%dgb" % (info.sliceCount, int(round(info.memorySizeMB / 1024.0)))
+    return name
+
+
+def _mig(nvml, call, handle):
+    mig = {"capable": False, "current": False, "pending": False, "profiles": [], "instances": []}
+    quiet = _Caller(nvml, [])
+    modes = quiet("mig mode", "nvmlDeviceGetMigMode", handle)
+    if not modes:
+        return mig
+    mig["capable"] = True
+    mig["current"] = bool(modes[0])
+    mig["pending"] = bool(modes[1])
+    count = getattr(nvml, "NVML_GPU_INSTANCE_PROFILE_COUNT", _GPU_INSTANCE_PROFILE_COUNT)
+    found = []
+    version = 2
+    for index in range(count):
+        try:
+            info = nvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, index, version)
+        except nvml.NVMLError as exc:
+            if version == 2 and _code(exc) == _FUNCTION_NOT_FOUND:
+                # Drivers without the V call only know the version 1 struct.
+                version = 1
+                info = quiet("mig profile %d" % index, "nvmlDeviceGetGpuInstanceProfileInfo", handle, index, 1)
+            else:
+                info = None  # NOT_SUPPORTED / INVALID_ARGUMENT: this GPU lacks the profile
+        except Exception:  # noqa: BLE001
+            info = None
+        if info is None or not info.instanceCount:
+            continue
+        found.append((info.sliceCount, info.memorySizeMB, index, info))
+    found.sort(key=lambda f: f[:3])  # the seed orders profiles by slice count
+    names = {}
+    for _slices, _mem, _index, info in found:
+        name = _mig_profile_name(info)
+        names[info.id] = name
+        if name not in mig["profiles"]:
+            mig["profiles"].append(name)
+    if not mig["current"]:
+        return mig
+    instances = []
+    for _slices, _mem, _index, info in found:
+        array = (nvml.c_nvmlGpuInstance_t * max(info.instanceCount, 1))()
+        n = ctypes.c_uint(0)
+        if call("mig instances", "nvmlDeviceGetGpuInstances", handle, info.id, array, ctypes.byref(n)) is None:
+            continue
+        for k in range(min(n.value, len(array))):
+            gi = call("mig instance info", "nvmlGpuInstanceGetInfo", array[k])
+            if gi is None:
+                continue
+            instances.append(
+                {
+                    "profile": names.get(gi.profileId, ""),
+                    "profile_id": gi.profileId,
+                    "gi_id": gi.id,
+                    "placement_start": gi.placement.start,
+                    "placement_size": gi.placement.size,
+                }
+            )
+    mig["instances"] = sorted(instances, key=lambda i: (i["placement_start"], i["gi_id"]))
+    return mig
+
+
+def _nvlink(nvml, handle):
+    """Active link count and whether any active link ends at an NVSwitch."""
+    quiet = _Caller(nvml, [])
+    active = 0
+    switch = False
+    max_links = getattr(nvml, "NVML_NVLINK_MAX_LINKS", _NVLINK_MAX_LINKS)
+    for link in range(max_links):
+        try:
+            state = nvml.nvmlDeviceGetNvLinkState(handle, link)
+        except nvml.NVMLError as exc:
+            if link == 0 and _code(exc) == _NOT_SUPPORTED:
+                break  # no NVLink on this GPU
+            continue  # links beyond the GPU's count answer INVALID_ARGUMENT or NOT_SUPPORTED
+        except Exception:  # noqa: BLE001
+            continue
+        if not state:
+            continue
+        active += 1
+        remote = quiet("nvlink remote", "nvmlDeviceGetNvLinkRemoteDeviceType", handle, link)
+        if remote == _NVLINK_DEVICE_TYPE_SWITCH:
+            switch = True
+    return {"links_active": active, "remote_nvswitch": switch}
+
+
+def _ecc(nvml, call, handle):
+    unc = getattr(nvml, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1)
+    cor = getattr(nvml, "NVML_MEMORY_ERROR_TYPE_CORRECTED", 0)
+    vol = getattr(nvml, "NVML_VOLATILE_ECC", 0)
+    agg = getattr(nvml, "NVML_AGGREGATE_ECC", 1)
+    return {
+        "dbe_volatile": call("ecc", "nvmlDeviceGetTotalEccErrors", handle, unc, vol),
+        "dbe_aggregate": call("ecc", "nvmlDeviceGetTotalEccErrors", handle, unc, agg),
+        "sbe_volatile": call("ecc", "nvmlDeviceGetTotalEccErrors", handle, cor, vol),
+        "sbe_aggregate": call("ecc", "nvmlDeviceGetTotalEccErrors", handle, cor, agg),
+    }
+
+
+def _remapped_rows(call, handle):
+    rows = call("remapped rows", "nvmlDeviceGetRemappedRows", handle)
+    if not rows or len(rows) != 4:
+        return None
+    return {
+        "correctable": int(rows[0]),
+        "uncorrectable": int(rows[1]),
+        "pending": bool(rows[2]),
+        "failure": bool(rows[3]),
+    }
+
+
+def _retired_pages(call, handle):
+    sbe = call("retired pages", "nvmlDeviceGetRetiredPages", handle, 0)
+    dbe = call("retired pages", "nvmlDeviceGetRetiredPages", handle, 1)
+    if sbe is None or dbe is None:
+        return None
+    pending = call("retired pages", "nvmlDeviceGetRetiredPagesPendingStatus", handle)
+    return {"sbe": len(sbe), "dbe": len(dbe), "pending": bool(pending)}
+
+
+def _gpu(nvml, index, handle):
+    gpu = _blank_gpu(index)
+    call = _Caller(nvml, gpu["errors"])
+    gpu["name"] = _text(call("name", "nvmlDeviceGetName", handle))
+    gpu["uuid"] = _text(call("uuid", "nvmlDeviceGetUUID", handle))
+    pci = call("pci info", "nvmlDeviceGetPciInfo", handle)
+    if pci is not None:
+        gpu["pci_bus_id"] = _text(pci.busId)
+    mem = call("memory", "nvmlDeviceGetMemoryInfo", handle)
+    if mem is not None:
+        gpu["memory_total_mib"] = int(mem.total) // (1024 * 1024)
+        gpu["memory_used_mib"] = int(mem.used) // (1024 * 1024)
+    gpu["temperature_c"] = _temperature(nvml, call, handle)
+    power = call("power usage", "nvmlDeviceGetPowerUsage", handle)
+    gpu["power_draw_w"] = None if power is None else power / 1000.0
+    limit = call("power limit", "nvmlDeviceGetEnforcedPowerLimit", handle)
+    gpu["power_limit_w"] = None if limit is None else limit / 1000.0
+    persistence = call("persistence mode", "nvmlDeviceGetPersistenceMode", handle)
+    gpu["persistence_mode"] = None if persistence is None else bool(persistence)
+    cc = call("compute capability", "nvmlDeviceGetCudaComputeCapability", handle)
+    if cc:
+        gpu["compute_capability"] = "%d.%d" % tuple(cc)
+    gpu["mig"] = _mig(nvml, call, handle)
+    gpu["nvlink"] = _nvlink(nvml, handle)
+    gpu["ecc"] = _ecc(nvml, call, handle)
+    gpu["remapped_rows"] = _remapped_rows(call, handle)
+    gpu["retired_pages"] = _retired_pages(call, handle)
+    return gpu
+
+
+def collect_nvml(nvml=None):
+    """Everything NVML can tell, without the kernel log and systemd.
+
+    Returns the contract's dict (xid_errors empty, fabric manager state not
+    looked up) plus the private key '_nvswitch'.
+    """
+    nvml = nvml or pynvml
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError as exc:
+        reason = _INIT_REASONS.get(_code(exc), "NVML initialisation failed: %s" % _nvml_error_text(exc))
+        return dict(empty_result(reason), _nvswitch=False)
+    except OSError as exc:
+        return dict(empty_result("cannot load libnvidia-ml.so.1: %s" % exc), _nvswitch=False)
+    try:
+        return _collect_initialised(nvml)
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001 -- shutdown failures change nothing for the caller
+            pass
+
+
+def _collect_initialised(nvml):
+    system_errors = []
+    call = _Caller(nvml, system_errors)
+    result = empty_result("")
+    result["driver_version"] = _text(call("driver version", "nvmlSystemGetDriverVersion"))
+    cuda = call("cuda driver version", "nvmlSystemGetCudaDriverVersion_v2")
+    if cuda is None:
+        cuda = call("cuda driver version", "nvmlSystemGetCudaDriverVersion")
+    result["cuda_driver_version"] = cuda_version_text(cuda)
+    count = call("device count", "nvmlDeviceGetCount") or 0
+    result["count"] = count
+    handles = []
+    gpus = []
+    for index in range(count):
+        errors = []
+        handle = _Caller(nvml, errors)("handle", "nvmlDeviceGetHandleByIndex", index)
+        if handle is None:
+            gpu = _blank_gpu(index)
+            gpu["errors"] = errors or ["handle: not available"]
+        else:
+            gpu = _gpu(nvml, index, handle)
+        handles.append(handle)
+        gpus.append(gpu)
+    pairs = 0
+    nvlink_ok = 0
+    for i in range(count):
+        for j in range(i + 1, count):
+            pairs += 1
+            if handles[i] is None or handles[j] is None:
+                continue
+            status = _Caller(nvml, [])("p2p", "nvmlDeviceGetP2PStatus", handles[i], handles[j], _P2P_CAPS_INDEX_NVLINK)
+            if status == _P2P_STATUS_OK:
+                nvlink_ok += 1
+    any_switch = any(g["nvlink"]["remote_nvswitch"] for g in gpus)
+    result["gpus"] = gpus
+    result["topology"] = classify_topology(count, any_switch, nvlink_ok, pairs)
+    result["fabric_manager"] = {"required": any_switch, "state": "n/a"}
+    result["_nvswitch"] = any_switch
+    result["_system_errors"] = system_errors
+    if count == 0:
+        result["present"] = False
+        result["reason"] = "the NVIDIA driver is loaded but NVML reports no GPU"
+    else:
+        result["present"] = True
+    return result
+
+
+# ---------------------------------------------------------------- kernel log / XID
+
+
+def _tz(text):
+    if not text or text == "Z":
+        return timezone.utc
+    sign = -1 if text[0] == "-" else 1
+    digits = text[1:].replace(":", "")
+    return timezone(sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:4])))
+
+
+def parse_timestamp(line, now=None, boot_time=None):
+    """Epoch seconds of a kernel log line (ISO, syslog or dmesg [uptime] form), or None."""
+    m = _ISO_RE.match(line)
+    if m:
+        frac = m.group(7) or "0"
+        try:
+            dt = datetime(
+                int(m.group(1)), int(m.group(2)), int(m.group(3)),
+                int(m.group(4)), int(m.group(5)), int(m.group(6)),
+                int((frac + "000000")[:6]), tzinfo=_tz(m.group(8)),
+            )
+        except ValueError:
+            return None
+        if m.group(8) is None:
+            # No zone: syslog writes local time.
+            return time.mktime(dt.replace(tzinfo=None).timetuple()) + dt.microsecond / 1e6
+        return dt.timestamp()
+    m = _SYSLOG_RE.match(line)
+    if m and m.group(1) in _MONTHS:
+        now = now if now is not None else time.time()
+        year = time.localtime(now).tm_year
+        stamp = None
+        for y in (year, year - 1):  # syslog has no year: the newest date not in the future
+            try:
+                stamp = time.mktime(
+                    (y, _MONTHS.index(m.group(1)) + 1, int(m.group(2)), int(m.group(3)),
+                     int(m.group(4)), int(m.group(5)), 0, 0, -1)
+                )
+            except (OverflowError, ValueError):
+                return None
+            if stamp <= now + 86400:
+                return stamp
+        return stamp
+    m = _DMESG_REL_RE.match(line)
+    if m and boot_time is not None:
+        return boot_time + float(m.group(1))
+    return None
+
+
+def parse_xid_lines(entries, since=None):
+    """entries: (epoch or None, text). Returns XID dicts, oldest first.
+
+    Lines without a readable time are kept: they cannot be shown to be old.
+    """
+    found = []
+    for stamp, text in entries:
+        m = XID_RE.search(text)
+        if not m:
+            continue
+        if since is not None and stamp is not None and stamp < since:
+            continue
+        domain, bus, dev = (int(x, 16) for x in m.group(1, 2, 3))
+        found.append(
+            {
+                "xid": int(m.group(4)),
+                "pci_bus_id": "%08X:%02X:%02X.0" % (domain, bus, dev),
+                "message": m.group(5).strip(),
+                "timestamp": ""
+                if stamp is None
+                else datetime.fromtimestamp(stamp, timezone.utc).isoformat(),
+                "_key": (domain, bus, dev),
+            }
+        )
+    return found
+
+
+def _boot_time():
+    try:
+        with open("/proc/uptime") as f:
+            return time.time() - float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def default_runner(args):
+    """run_command stand-in for use outside Ansible: (rc, stdout, stderr)."""
+    try:
+        proc = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
+    except OSError as exc:
+        return 127, "", str(exc)
+    return proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace")
+
+
+def _journal(runner, since):
+    args = ["journalctl", "_TRANSPORT=kernel", "-o", "json", "--no-pager", "-q",
+            "--output-fields=MESSAGE,__REALTIME_TIMESTAMP"]
+    if since is not None:
+        args.append("--since=@%d" % int(since))
+    rc, out, err = runner(args)
+    if rc != 0:
+        raise OSError("journalctl failed (rc %s): %s" % (rc, err.strip()))
+    entries = []
+    for line in out.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        msg = rec.get("MESSAGE")
+        if isinstance(msg, list):  # journald sends non-UTF-8 messages as byte arrays
+            msg = bytes(b & 0xFF for b in msg if isinstance(b, int)).decode("utf-8", "replace")
+        try:
+            stamp = int(rec.get("__REALTIME_TIMESTAMP")) / 1e6
+        except (TypeError, ValueError):
+            stamp = None
+        entries.append((stamp, _text(msg)))
+    return entries
+
+
+def _dmesg(runner):
+    rc, out, err = runner(["dmesg", "--time-format", "iso"])
+    if rc == 0:
+        return [(parse_timestamp(line), line) for line in out.splitlines()]
+    rc, out, err2 = runner(["dmesg"])
+    if rc != 0:
+        raise OSError("dmesg failed (rc %s): %s" % (rc, (err2 or err).strip()))
+    boot = _boot_time()
+    return [(parse_timestamp(line, boot_time=boot), line) for line in out.splitlines()]
+
+
+def _file(path, now):
+    with open(path, "rb") as f:
+        data = f.read().decode("utf-8", "replace")
+    boot = _boot_time()
+    return [(parse_timestamp(line, now=now, boot_time=boot), line) for line in data.splitlines()]
+
+
+def read_xids(source="auto", path=None, window=DEFAULT_XID_WINDOW, runner=None, now=None):
+    """Returns (xid list, source used, error text or '')."""
+    runner = runner or default_runner
+    now = time.time() if now is None else now
+    since = now - window if window and window > 0 else None
+    if source == "none":
+        return [], "none", ""
+    try:
+        if source == "file":
+            return parse_xid_lines(_file(path, now), since), "file", ""
+        if source == "journal":
+            return parse_xid_lines(_journal(runner, since), since), "journal", ""
+        if source == "dmesg":
+            return parse_xid_lines(_dmesg(runner), since), "dmesg", ""
+        try:
+            return parse_xid_lines(_journal(runner, since), since), "journal", ""
+        except OSError:
+            return parse_xid_lines(_dmesg(runner), since), "dmesg", ""
+    except (OSError, IOError) as exc:
+        return [], source, "cannot read the kernel log for XID errors: %s" % exc
+
+
+# ---------------------------------------------------------------- fabric manager
+
+
+def fabric_manager_state(service, runner):
+    rc, out, _err = runner(["systemctl", "show", "-p", "LoadState,ActiveState,SubState", "--", service])
+    if rc != 0 and not out:
+        return "unknown"
+    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    if props.get("LoadState") == "not-found":
+        return "not-installed"
+    active = props.get("ActiveState", "")
+    if active == "active":
+        return "running" if props.get("SubState") in ("running", "") else props.get("SubState", "running")
+    return active or "unknown"
+
+
+# ---------------------------------------------------------------- health and assembly
+
+
+def _label(gpu):
+    return "GPU %s (%s)" % (gpu["index"], gpu["pci_bus_id"] or "unknown PCI address")
+
+
+def health(result, xid_ignore):
+    problems = []
+    for gpu in result["gpus"]:
+        for err in gpu["errors"]:
+            problems.append("%s: NVML query failed: %s" % (_label(gpu), err))
+        dbe = gpu["ecc"]["dbe_volatile"]
+        if dbe:
+            problems.append("%s: %d volatile double-bit ECC errors" % (_label(gpu), dbe))
+        rows = gpu["remapped_rows"]
+        if rows and rows["failure"]:
+            problems.append("%s: row remapping failed (replace the GPU)" % _label(gpu))
+        if rows and rows["pending"]:
+            problems.append("%s: row remapping pending (reset the GPU)" % _label(gpu))
+        pages = gpu["retired_pages"]
+        if pages and pages["pending"]:
+            problems.append("%s: page retirement pending (reset the GPU)" % _label(gpu))
+        seen = {}
+        for xid in gpu["xid_errors"]:
+            if xid["xid"] in xid_ignore:
+                continue
+            seen.setdefault(xid["xid"], []).append(xid)
+        for code in sorted(seen):
+            last = seen[code][-1]
+            problems.append(
+                "%s: XID %d seen %d time(s), last %s: %s"
+                % (_label(gpu), code, len(seen[code]), last["timestamp"] or "at an unknown time", last["message"])
+            )
+    for xid in result.get("_orphan_xids", []):
+        if xid["xid"] not in xid_ignore:
+            problems.append(
+                "XID %d on PCI %s, a device NVML does not list: %s" % (xid["xid"], xid["pci_bus_id"], xid["message"])
+            )
+    for err in result.get("_system_errors", []):
+        problems.append("NVML query failed: %s" % err)
+    fm = result["fabric_manager"]
+    if fm["required"] and fm["state"] != "running":
+        problems.append("NVSwitch present but the fabric manager is %s" % fm["state"])
+    unique = []
+    for problem in problems:
+        if problem not in unique:
+            unique.append(problem)
+    return {"ok": not unique, "problems": unique}
+
+
+def gpu_info(
+    nvml=None,
+    xid_source="auto",
+    xid_log_path=None,
+    xid_window=DEFAULT_XID_WINDOW,
+    xid_ignore=None,
+    fabric_manager_service="nvidia-fabricmanager",
+    runner=None,
+):
+    """The full contract: NVML facts, XIDs from the kernel log, fabric manager, health.
+
+    Returns (result, warnings).
+    """
+    runner = runner or default_runner
+    xid_ignore = DEFAULT_XID_IGNORE if xid_ignore is None else xid_ignore
+    warnings = []
+    result = collect_nvml(nvml)
+    if not result["present"]:
+        return _public(result), warnings
+    xids, _used, error = read_xids(xid_source, xid_log_path, xid_window, runner)
+    if error:
+        warnings.append(error)
+    by_pci = {normalize_pci(g["pci_bus_id"]): g for g in result["gpus"] if g["pci_bus_id"]}
+    orphans = []
+    for xid in xids:
+        key = xid.pop("_key")
+        gpu = by_pci.get(key)
+        if gpu is None:
+            orphans.append(xid)
+        else:
+            gpu["xid_errors"].append(xid)
+    for gpu in result["gpus"]:
+        gpu["xid_errors"] = gpu["xid_errors"][-XID_LIMIT_PER_GPU:]
+    result["_orphan_xids"] = orphans
+    if result["fabric_manager"]["required"]:
+        result["fabric_manager"]["state"] = fabric_manager_state(fabric_manager_service, runner)
+    result["health"] = health(result, xid_ignore)
+    return _public(result), warnings
+
+
+def _public(result):
+    return {k: v for k, v in result.items() if not k.startswith("_")}
+
+
+__all__ = [
+    "DEFAULT_XID_IGNORE",
+    "DEFAULT_XID_WINDOW",
+    "HAS_PYNVML",
+    "PYNVML_IMPORT_ERROR",
+    "classify_topology",
+    "collect_nvml",
+    "cuda_version_text",
+    "empty_result",
+    "fabric_manager_state",
+    "gpu_info",
+    "parse_timestamp",
+    "parse_xid_lines",
+    "read_xids",
+]
