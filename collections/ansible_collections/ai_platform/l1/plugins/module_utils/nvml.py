@@ -197,15 +197,9 @@ def _mig_profile_name(info):
     return name
 
 
-def _mig(nvml, call, handle):
-    mig = {"capable": False, "current": False, "pending": False, "profiles": [], "instances": []}
+def _mig_profiles(nvml, handle):
+    """Supported GPU instance profile infos, ordered by slice count as the seed lists them."""
     quiet = _Caller(nvml, [])
-    modes = quiet("mig mode", "nvmlDeviceGetMigMode", handle)
-    if not modes:
-        return mig
-    mig["capable"] = True
-    mig["current"] = bool(modes[0])
-    mig["pending"] = bool(modes[1])
     count = getattr(nvml, "NVML_GPU_INSTANCE_PROFILE_COUNT", _GPU_INSTANCE_PROFILE_COUNT)
     found = []
     version = 2
@@ -224,17 +218,33 @@ def _mig(nvml, call, handle):
         if info is None or not info.instanceCount:
             continue
         found.append((info.sliceCount, info.memorySizeMB, index, info))
-    found.sort(key=lambda f: f[:3])  # the seed orders profiles by slice count
+    found.sort(key=lambda f: f[:3])
+    return [f[3] for f in found]
+
+
+def _mig(nvml, call, handle):
+    mig = {"capable": False, "current": False, "pending": False, "profiles": [], "instances": []}
+    modes = _Caller(nvml, [])("mig mode", "nvmlDeviceGetMigMode", handle)
+    if not modes:
+        return mig
+    mig["capable"] = True
+    mig["current"] = bool(modes[0])
+    mig["pending"] = bool(modes[1])
+    profiles = _mig_profiles(nvml, handle)
     names = {}
-    for _slices, _mem, _index, info in found:
+    for info in profiles:
         name = _mig_profile_name(info)
         names[info.id] = name
         if name not in mig["profiles"]:
             mig["profiles"].append(name)
-    if not mig["current"]:
-        return mig
+    if mig["current"]:
+        mig["instances"] = _mig_instances(nvml, call, handle, profiles, names)
+    return mig
+
+
+def _mig_instances(nvml, call, handle, profiles, names):
     instances = []
-    for _slices, _mem, _index, info in found:
+    for info in profiles:
         array = (nvml.c_nvmlGpuInstance_t * max(info.instanceCount, 1))()
         n = ctypes.c_uint(0)
         if call("mig instances", "nvmlDeviceGetGpuInstances", handle, info.id, array, ctypes.byref(n)) is None:
@@ -252,8 +262,7 @@ def _mig(nvml, call, handle):
                     "placement_size": gi.placement.size,
                 }
             )
-    mig["instances"] = sorted(instances, key=lambda i: (i["placement_start"], i["gi_id"]))
-    return mig
+    return sorted(instances, key=lambda i: (i["placement_start"], i["gi_id"]))
 
 
 def _nvlink(nvml, handle):
@@ -425,39 +434,47 @@ def _tz(text):
     return timezone(sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:4])))
 
 
+def _iso_stamp(m):
+    frac = m.group(7) or "0"
+    try:
+        dt = datetime(
+            int(m.group(1)), int(m.group(2)), int(m.group(3)),
+            int(m.group(4)), int(m.group(5)), int(m.group(6)),
+            int((frac + "000000")[:6]), tzinfo=_tz(m.group(8)),
+        )
+    except ValueError:
+        return None
+    if m.group(8) is None:
+        # No zone: syslog writes local time.
+        return time.mktime(dt.replace(tzinfo=None).timetuple()) + dt.microsecond / 1e6
+    return dt.timestamp()
+
+
+def _syslog_stamp(m, now):
+    now = now if now is not None else time.time()
+    year = time.localtime(now).tm_year
+    stamp = None
+    for y in (year, year - 1):  # syslog has no year: the newest date not in the future
+        try:
+            stamp = time.mktime(
+                (y, _MONTHS.index(m.group(1)) + 1, int(m.group(2)), int(m.group(3)),
+                 int(m.group(4)), int(m.group(5)), 0, 0, -1)
+            )
+        except (OverflowError, ValueError):
+            return None
+        if stamp <= now + 86400:
+            break
+    return stamp
+
+
 def parse_timestamp(line, now=None, boot_time=None):
     """Epoch seconds of a kernel log line (ISO, syslog or dmesg [uptime] form), or None."""
     m = _ISO_RE.match(line)
     if m:
-        frac = m.group(7) or "0"
-        try:
-            dt = datetime(
-                int(m.group(1)), int(m.group(2)), int(m.group(3)),
-                int(m.group(4)), int(m.group(5)), int(m.group(6)),
-                int((frac + "000000")[:6]), tzinfo=_tz(m.group(8)),
-            )
-        except ValueError:
-            return None
-        if m.group(8) is None:
-            # No zone: syslog writes local time.
-            return time.mktime(dt.replace(tzinfo=None).timetuple()) + dt.microsecond / 1e6
-        return dt.timestamp()
+        return _iso_stamp(m)
     m = _SYSLOG_RE.match(line)
     if m and m.group(1) in _MONTHS:
-        now = now if now is not None else time.time()
-        year = time.localtime(now).tm_year
-        stamp = None
-        for y in (year, year - 1):  # syslog has no year: the newest date not in the future
-            try:
-                stamp = time.mktime(
-                    (y, _MONTHS.index(m.group(1)) + 1, int(m.group(2)), int(m.group(3)),
-                     int(m.group(4)), int(m.group(5)), 0, 0, -1)
-                )
-            except (OverflowError, ValueError):
-                return None
-            if stamp <= now + 86400:
-                return stamp
-        return stamp
+        return _syslog_stamp(m, now)
     m = _DMESG_REL_RE.match(line)
     if m and boot_time is not None:
         return boot_time + float(m.group(1))
@@ -556,21 +573,20 @@ def read_xids(source="auto", path=None, window=DEFAULT_XID_WINDOW, runner=None, 
     runner = runner or default_runner
     now = time.time() if now is None else now
     since = now - window if window and window > 0 else None
-    if source == "none":
-        return [], "none", ""
-    try:
-        if source == "file":
-            return parse_xid_lines(_file(path, now), since), "file", ""
-        if source == "journal":
-            return parse_xid_lines(_journal(runner, since), since), "journal", ""
-        if source == "dmesg":
-            return parse_xid_lines(_dmesg(runner), since), "dmesg", ""
+    readers = {
+        "none": lambda: [],
+        "file": lambda: _file(path, now),
+        "journal": lambda: _journal(runner, since),
+        "dmesg": lambda: _dmesg(runner),
+    }
+    order = ["journal", "dmesg"] if source == "auto" else [source]
+    error = ""
+    for name in order:
         try:
-            return parse_xid_lines(_journal(runner, since), since), "journal", ""
-        except OSError:
-            return parse_xid_lines(_dmesg(runner), since), "dmesg", ""
-    except (OSError, IOError) as exc:
-        return [], source, "cannot read the kernel log for XID errors: %s" % exc
+            return parse_xid_lines(readers[name](), since), name, ""
+        except (OSError, IOError) as exc:
+            error = "cannot read the kernel log (%s) for XID errors: %s" % (name, exc)
+    return [], source, error
 
 
 # ---------------------------------------------------------------- fabric manager
@@ -596,33 +612,34 @@ def _label(gpu):
     return "GPU %s (%s)" % (gpu["index"], gpu["pci_bus_id"] or "unknown PCI address")
 
 
+def _gpu_problems(gpu, xid_ignore):
+    problems = ["%s: NVML query failed: %s" % (_label(gpu), err) for err in gpu["errors"]]
+    if gpu["ecc"]["dbe_volatile"]:
+        problems.append("%s: %d volatile double-bit ECC errors" % (_label(gpu), gpu["ecc"]["dbe_volatile"]))
+    rows = gpu["remapped_rows"] or {}
+    if rows.get("failure"):
+        problems.append("%s: row remapping failed (replace the GPU)" % _label(gpu))
+    if rows.get("pending"):
+        problems.append("%s: row remapping pending (reset the GPU)" % _label(gpu))
+    if (gpu["retired_pages"] or {}).get("pending"):
+        problems.append("%s: page retirement pending (reset the GPU)" % _label(gpu))
+    seen = {}
+    for xid in gpu["xid_errors"]:
+        if xid["xid"] not in xid_ignore:
+            seen.setdefault(xid["xid"], []).append(xid)
+    for code in sorted(seen):
+        last = seen[code][-1]
+        problems.append(
+            "%s: XID %d seen %d time(s), last %s: %s"
+            % (_label(gpu), code, len(seen[code]), last["timestamp"] or "at an unknown time", last["message"])
+        )
+    return problems
+
+
 def health(result, xid_ignore):
     problems = []
     for gpu in result["gpus"]:
-        for err in gpu["errors"]:
-            problems.append("%s: NVML query failed: %s" % (_label(gpu), err))
-        dbe = gpu["ecc"]["dbe_volatile"]
-        if dbe:
-            problems.append("%s: %d volatile double-bit ECC errors" % (_label(gpu), dbe))
-        rows = gpu["remapped_rows"]
-        if rows and rows["failure"]:
-            problems.append("%s: row remapping failed (replace the GPU)" % _label(gpu))
-        if rows and rows["pending"]:
-            problems.append("%s: row remapping pending (reset the GPU)" % _label(gpu))
-        pages = gpu["retired_pages"]
-        if pages and pages["pending"]:
-            problems.append("%s: page retirement pending (reset the GPU)" % _label(gpu))
-        seen = {}
-        for xid in gpu["xid_errors"]:
-            if xid["xid"] in xid_ignore:
-                continue
-            seen.setdefault(xid["xid"], []).append(xid)
-        for code in sorted(seen):
-            last = seen[code][-1]
-            problems.append(
-                "%s: XID %d seen %d time(s), last %s: %s"
-                % (_label(gpu), code, len(seen[code]), last["timestamp"] or "at an unknown time", last["message"])
-            )
+        problems.extend(_gpu_problems(gpu, xid_ignore))
     for xid in result.get("_orphan_xids", []):
         if xid["xid"] not in xid_ignore:
             problems.append(
@@ -642,6 +659,7 @@ def health(result, xid_ignore):
 
 def gpu_info(
     nvml=None,
+    *,
     xid_source="auto",
     xid_log_path=None,
     xid_window=DEFAULT_XID_WINDOW,

@@ -231,7 +231,6 @@ gpu_info:
 '''
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-
 from ansible_collections.ai_platform.l1.plugins.module_utils.nvml import (
     DEFAULT_XID_IGNORE,
     DEFAULT_XID_WINDOW,
