@@ -1,0 +1,245 @@
+"""Unit tests for the pure checks of the ai_platform.l1.inventory_validate action plugin."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+COLLECTION = ROOT / 'collections/ansible_collections/ai_platform/l1'
+
+
+def _load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+iv = _load(COLLECTION / 'plugins/action/inventory_validate.py', 'inventory_validate_action')
+
+GROUPS = {
+    'all': ['cp1', 'cp2', 'cp3', 'gpu1', 'gpu2', 'npu1'],
+    'k8s_control_plane': ['cp1', 'cp2', 'cp3'],
+    'k8s_worker': ['gpu1', 'gpu2', 'npu1'],
+    'gpu_nvidia': ['gpu1', 'gpu2'],
+    'npu_ascend': ['npu1'],
+}
+CLUSTER = {'k8s_version': '1.28.15', 'k8s_pod_cidr': '10.244.0.0/16', 'k8s_service_cidr': '10.96.0.0/12'}
+
+
+def hostvars(**overrides):
+    """Every host gets the cluster values; overrides map host -> extra/replaced vars."""
+    return {host: {**CLUSTER, **overrides.get(host, {})} for host in GROUPS['all']}
+
+
+def test_type_name_tells_bool_from_int_and_float():
+    assert [iv.type_name(v) for v in (True, 3, 12.4, 'x', {}, [], None)] == [
+        'bool', 'int', 'float', 'str', 'dict', 'list', 'null']
+
+
+@pytest.mark.parametrize(('value', 'rule', 'expected'), [
+    ('550.54.15', {'type': 'str', 'pattern': r'^\d{3}\.\d{2,3}(\.\d{2,3})?$'}, []),
+    ('55x', {'type': 'str', 'pattern': r'^\d{3}$'}, [r"v must match ^\d{3}$ (got '55x')"]),
+    (12.4, {'type': 'str'}, ['v must be a string (got float 12.4; quote it in YAML)']),
+    ('22', {'type': 'int'}, ["v must be an integer (got str '22')"]),
+    (True, {'type': 'int'}, ['v must be an integer (got bool True)']),
+    ('yes', {'type': 'bool'}, ["v must be a boolean (got str 'yes')"]),
+    (3, {'type': 'float'}, []),
+    (0, {'type': 'int', 'min': 1, 'max': 65535}, ['v must be >= 1 (got 0)']),
+    (70000, {'type': 'int', 'min': 1, 'max': 65535}, ['v must be <= 65535 (got 70000)']),
+    ('xfs', {'choices': ['ext4', 'btrfs']}, ["v must be one of 'ext4', 'btrfs' (got 'xfs')"]),
+    (['a', 1], {'type': 'list', 'elements': 'str'}, ['v items must each be a string (got 1)']),
+    ('1.27.9', {'version_min': '1.28.0'}, ["v must be version 1.28.0 or newer (got '1.27.9')"]),
+    ('1.30.0', {'version_min': '1.28.0'}, []),
+    ('1.28.0-rc.1', {'version_min': '1.28.0'}, []),
+    # A value failing its pattern is not also compared as a version (one error, not two).
+    ('x1', {'pattern': r'^\d', 'version_min': '1.28.0'}, [r"v must match ^\d (got 'x1')"]),
+])
+def test_check_value(value, rule, expected):
+    assert iv.check_value('v', value, rule) == expected
+
+
+@pytest.mark.parametrize(('value', 'fmt', 'problem'), [
+    ('10.244.0.0/16', 'cidr', None),
+    ('fd00:10:244::/56', 'cidr', None),
+    ('10.244.0.0/33', 'cidr', 'a CIDR such as 10.244.0.0/16'),
+    ('10.244.1.0/15', 'cidr', 'a network address, 10.244.0.0/15'),
+    ('10.244.0.0', 'cidr', 'a CIDR with a prefix length such as 10.244.0.0/16'),
+    ('192.0.2.1', 'ip', None),
+    ('192.0.2.300', 'ip', 'an IP address'),
+    ('/srv/cache', 'abspath', None),
+    ('srv/cache', 'abspath', 'an absolute path'),
+    ('gpu-a100-01.dc1.example.com', 'hostname_or_ip', None),
+    ('192.0.2.7', 'hostname_or_ip', None),
+    ('192.0.2.300', 'hostname_or_ip', 'an IP address or a DNS name'),
+    ('gpu_01', 'hostname_or_ip', 'an IP address or a DNS name'),
+])
+def test_formats(value, fmt, problem):
+    message = iv.check_format('v', value, fmt)
+    assert message == (f'v must be {problem} (got {value!r})' if problem else None)
+
+
+def test_valid_inventory_has_no_errors():
+    rules = {'k8s_pod_cidr': {'required': True, 'type': 'str', 'format': 'cidr', 'same_on_all_hosts': True}}
+    assert iv.validate_inventory(
+        GROUPS, hostvars(), required_groups=['k8s_control_plane', 'k8s_worker'],
+        group_sizes={'k8s_control_plane': [1, 3, 5, 7]}, exclusive_groups=[['k8s_control_plane', 'k8s_worker']],
+        member_of={'gpu_nvidia': 'k8s_worker'}, unique_vars=['ansible_host'], rules=rules,
+        disjoint_cidrs=[['k8s_pod_cidr', 'k8s_service_cidr', 'ansible_host']]) == []
+
+
+def test_group_checks():
+    groups = {**GROUPS, 'k8s_control_plane': ['cp1', 'cp2'], 'k8s_worker': []}
+    assert iv.validate_inventory(groups, hostvars(), required_groups=['k8s_worker', 'storage'],
+                                 group_sizes={'k8s_control_plane': [1, 3, 5]}) == [
+        'group k8s_worker: required group has no hosts',
+        'group storage: required group is missing from the inventory',
+        'group k8s_control_plane: must have 1, 3 or 5 hosts (has 2: cp1, cp2)',
+    ]
+
+
+def test_membership_checks():
+    groups = {**GROUPS, 'npu_ascend': ['npu1', 'gpu1', 'cp9'], 'all': [*GROUPS['all'], 'cp9']}
+    assert iv.validate_inventory(groups, hostvars(), exclusive_groups=[['gpu_nvidia', 'npu_ascend']],
+                                 member_of={'npu_ascend': 'k8s_worker'}) == [
+        'host gpu1: is in gpu_nvidia and npu_ascend, which are mutually exclusive',
+        'host cp9: is in npu_ascend but not in k8s_worker',
+    ]
+
+
+def test_unique_ignores_hosts_without_the_variable():
+    hv = hostvars(gpu1={'ansible_host': '192.0.2.5'}, gpu2={'ansible_host': '192.0.2.5'},
+                  npu1={'ansible_host': '192.0.2.6'})
+    assert iv.validate_inventory(GROUPS, hv, unique_vars=['ansible_host']) == [
+        "hosts gpu1, gpu2: ansible_host must be unique (each is '192.0.2.5')"]
+
+
+def test_same_error_on_every_host_of_the_scope_folds_into_a_group_line():
+    hv = hostvars(**{h: {'nvidia_driver_version': '55x'} for h in ('gpu1', 'gpu2')})
+    rules = {'nvidia_driver_version': {'hosts': 'gpu_nvidia', 'pattern': r'^\d{3}\.'}}
+    assert iv.validate_inventory(GROUPS, hv, rules=rules) == [
+        r"group gpu_nvidia: nvidia_driver_version must match ^\d{3}\. (got '55x')"]
+
+
+def test_same_error_on_some_hosts_names_them_and_truncates_long_lists():
+    groups = {'all': [f'n{i}' for i in range(10)]}
+    hv = {h: {'x': 'bad' if h != 'n9' else 1} for h in groups['all']}
+    assert iv.validate_inventory(groups, hv, rules={'x': {'type': 'int'}}) == [
+        "hosts n0, n1, n2, n3, n4 and 4 more: x must be an integer (got str 'bad')"]
+
+
+def test_required_and_same_on_all_hosts():
+    hv = hostvars(gpu1={'k8s_version': '1.29.2'})
+    del hv['npu1']['k8s_version']
+    rules = {'k8s_version': {'required': True, 'same_on_all_hosts': True}}
+    assert iv.validate_inventory(GROUPS, hv, rules=rules) == [
+        'host npu1: k8s_version is required but not defined',
+        "group all: k8s_version must be the same on every host "
+        "(got '1.28.15' on cp1, cp2, cp3, gpu2; '1.29.2' on gpu1)",
+    ]
+
+
+def test_rules_for_an_absent_group_check_nothing():
+    groups = {k: v for k, v in GROUPS.items() if k != 'npu_ascend'}
+    rules = {'ascend_cann_version': {'hosts': 'npu_ascend', 'required': True}}
+    assert iv.validate_inventory(groups, hostvars(), rules=rules) == []
+
+
+def test_disjoint_cidrs():
+    hv = hostvars(**{h: {'k8s_pod_cidr': '10.96.0.0/16'} for h in GROUPS['all']})
+    hv['gpu1']['ansible_host'] = 'gpu1.example.com'  # DNS names are not addresses: ignored
+    hv['npu1']['ansible_host'] = '10.100.0.7'
+    assert iv.validate_inventory(GROUPS, hv, disjoint_cidrs=[['k8s_pod_cidr', 'k8s_service_cidr', 'ansible_host']]) == [
+        "group all: k8s_pod_cidr '10.96.0.0/16' overlaps k8s_service_cidr '10.96.0.0/12'",
+        "host npu1: k8s_service_cidr '10.96.0.0/12' overlaps ansible_host '10.100.0.7'",
+    ]
+
+
+class Exploding(dict):
+    """A host's vars where one value fails to template, as HostVarsVars raises."""
+
+    def __getitem__(self, key):
+        if key == 'k8s_version':
+            raise RuntimeError("'undefined_var' is undefined\nmore detail")
+        return super().__getitem__(key)
+
+
+def test_templating_error_is_a_finding_not_a_crash():
+    hv = hostvars()
+    hv['cp1'] = Exploding(hv['cp1'])
+    assert iv.validate_inventory(GROUPS, hv, rules={'k8s_version': {'type': 'str'}}) == [
+        "host cp1: k8s_version cannot be templated: 'undefined_var' is undefined"]
+
+
+COMMON_SPEC = {
+    'common_chrony_servers': {'type': 'list', 'elements': 'str', 'required': True},
+    'common_hugepages_2m': {'type': 'int', 'default': 0},
+    'common_rdma_enabled': {'type': 'bool', 'default': False},
+}
+
+
+def test_role_argument_specs():
+    hv = hostvars(**{h: {'common_chrony_servers': ['ntp1']} for h in GROUPS['all']})
+    hv['gpu1']['common_hugepages_2m'] = 'lots'
+    hv['npu1']['common_rdma_enable'] = True
+    del hv['cp2']['common_chrony_servers']
+    errors = iv.validate_inventory(GROUPS, hv, role_specs={'common': ('all', COMMON_SPEC)})
+    assert errors == [
+        'host cp2: role common: missing required arguments: common_chrony_servers',
+        "host gpu1: role common: argument 'common_hugepages_2m' is of type str and we were unable to convert to int: "
+        "\"'lots'\" cannot be converted to an int",
+        'host npu1: common_rdma_enable is not a variable of role common (did you mean common_rdma_enabled?)',
+    ]
+
+
+def test_role_spec_conversion_is_accepted_as_ansible_does():
+    hv = hostvars(**{h: {'common_chrony_servers': ['ntp1'], 'common_hugepages_2m': '64'} for h in GROUPS['all']})
+    assert iv.validate_inventory(GROUPS, hv, role_specs={'common': ('all', COMMON_SPEC)}) == []
+
+
+def test_missing_role_spec_is_an_error():
+    role_specs = {'nope': ('all', 'no meta/argument_specs.yml found')}
+    errors = iv.validate_inventory(GROUPS, hostvars(), role_specs=role_specs)
+    assert errors == ['role nope: no meta/argument_specs.yml found']
+
+
+def test_find_role_options(tmp_path):
+    class Loader:
+        @staticmethod
+        def load_from_file(path):
+            return yaml.safe_load(Path(path).read_text())
+
+    meta = tmp_path / 'roles/common/meta'
+    meta.mkdir(parents=True)
+    (meta / 'argument_specs.yml').write_text(yaml.safe_dump({'argument_specs': {'main': {'options': COMMON_SPEC}}}))
+    assert iv.find_role_options('common', [str(tmp_path / 'x'), str(tmp_path / 'roles')], Loader()) == COMMON_SPEC
+    assert iv.find_role_options('other', [str(tmp_path / 'roles')], Loader()).startswith('no meta/argument_specs.yml')
+
+
+def test_schema_mistakes_are_reported():
+    rules = {'a': {'typ': 'str'}, 'b': {'type': 'string', 'format': 'url', 'pattern': '('}, 'c': 'str'}
+    errors = iv.check_rules(rules)
+    assert errors[0].startswith("schema: variables.a has unknown rule 'typ' (known: ")
+    assert errors[1:4] == [
+        'schema: variables.b.type must be one of str, int, float, bool, list, dict (got \'string\')',
+        "schema: variables.b.format must be one of ip, cidr, abspath, hostname_or_ip (got 'url')",
+        'schema: variables.b.pattern is not a valid regular expression '
+        '(missing ), unterminated subpattern at position 0)',
+    ]
+    assert errors[4] == 'schema: variables.c must be a dict of rules (got str)'
+
+
+def test_project_schema_is_well_formed():
+    schema = yaml.safe_load((ROOT / 'playbooks/vars/inventory_schema.yml').read_text())['inventory_schema']
+    assert iv.check_rules(schema['variables']) == []
+    assert set(schema) - {'variables'} <= set(iv.ARGUMENT_SPEC)
+
+
+def test_documentation_matches_the_argument_spec():
+    doc_module = _load(COLLECTION / 'plugins/modules/inventory_validate.py', 'inventory_validate_doc')
+    doc = yaml.safe_load(doc_module.DOCUMENTATION)
+    documented = {name: {k: v for k, v in opt.items() if k in ('type', 'elements', 'default')}
+                  for name, opt in doc['options'].items()}
+    assert documented == iv.ARGUMENT_SPEC

@@ -1,0 +1,120 @@
+"""The validation play refuses bad inventories before any host is touched.
+
+Each case runs the real `ansible-playbook playbooks/site.yml` against one inventory under
+tests/inventories/bad/ (one mistake each; addresses are unroutable 192.0.2.0/24 and
+198.51.100.0/24) and asserts the exact error lines, a failed run, and that the validation
+play was the only play that started.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+BAD = ROOT / 'tests/inventories/bad'
+VALIDATION_PLAY = 'Validate the inventory'
+VALIDATION_TASK = 'Check groups, per-host values and role arguments'
+CANN = r'^\d+\.\d+\.(RC\d+|\d+)(\.\d+)?$'
+DRIVER = r'^\d{3}\.\d{2,3}(\.\d{2,3})?$'
+
+CASES = {
+    'missing_worker_group': ['group k8s_worker: required group is missing from the inventory'],
+    'even_control_plane': ['group k8s_control_plane: must have 1, 3, 5 or 7 hosts (has 2: cp1, cp2)'],
+    'control_plane_is_worker': ['host cp3: is in k8s_control_plane and k8s_worker, which are mutually exclusive'],
+    'gpu_in_both_vendors': ['host gpu1: is in gpu_nvidia and npu_ascend, which are mutually exclusive'],
+    'gpu_not_worker': ['host gpu1: is in gpu_nvidia but not in k8s_worker'],
+    'bad_driver_version': [f"host gpu1: nvidia_driver_version must match {DRIVER} (got '55x')"],
+    'cuda_version_float': ['host gpu1: nvidia_cuda_version must be a string (got float 12.4; quote it in YAML)'],
+    'bad_cann_version': [f"host npu1: ascend_cann_version must match {CANN} (got '7.0')"],
+    'bad_cidr': ["group all: k8s_pod_cidr must be a CIDR such as 10.244.0.0/16 (got '10.244.0.0/33')"],
+    'cidr_host_bits': ["group all: k8s_pod_cidr must be a network address, 10.244.0.0/15 (got '10.244.1.0/15')"],
+    'overlapping_cidrs': ["group all: k8s_pod_cidr '10.96.0.0/16' overlaps k8s_service_cidr '10.96.0.0/12'"],
+    'node_in_pod_cidr': ["host npu1: k8s_pod_cidr '198.51.100.0/24' overlaps ansible_host '198.51.100.31'"],
+    'duplicate_ansible_host': ["hosts gpu1, npu1: ansible_host must be unique (each is '192.0.2.21')"],
+    'port_not_int': ["host cp1: ansible_port must be an integer (got str 'ssh')"],
+    'k8s_version_too_old': ["group all: k8s_version must be version 1.28.0 or newer (got '1.27.9')"],
+    'k8s_version_not_semver': [r"group all: k8s_version must match ^\d+\.\d+\.\d+$ (got '1.28')"],
+    'k8s_version_differs': [
+        "group all: k8s_version must be the same on every host "
+        "(got '1.28.15' on cp1, cp2, cp3, npu1; '1.29.2' on gpu1)"],
+    'missing_k8s_version': ['group all: k8s_version is required but not defined'],
+    'undefined_template': ["group all: k8s_pod_cidr cannot be templated: 'pod_range' is undefined"],
+    'role_var_missing': ['group all: role common: missing required arguments: common_chrony_servers'],
+    'role_var_wrong_type': [
+        "host gpu1: role common: argument 'common_hugepages_2m' is of type str and we were unable to convert to int: "
+        "\"'lots'\" cannot be converted to an int"],
+    'role_var_typo': [
+        'host npu1: common_rdma_enable is not a variable of role common (did you mean common_rdma_enabled?)'],
+    'several_mistakes': [
+        'group k8s_control_plane: must have 1, 3, 5 or 7 hosts (has 4: cp1, cp2, cp3, cp4)',
+        "group all: k8s_service_cidr must be a CIDR with a prefix length such as 10.244.0.0/16 (got '10.96.0.0')",
+        'host gpu1: nvidia_driver_version must be a string (got int 550; quote it in YAML)',
+    ],
+}
+
+
+def run_playbook(playbook, inventory):
+    env = {
+        **os.environ,
+        'ANSIBLE_CONFIG': str(ROOT / 'ansible.cfg'),
+        'ANSIBLE_STDOUT_CALLBACK': 'ansible.posix.json',
+        # Replaces ansible.cfg's profile_tasks, which would print into the JSON on stdout.
+        'ANSIBLE_CALLBACKS_ENABLED': 'ansible.posix.json',
+        'ANSIBLE_FORCE_COLOR': '0',
+    }
+    bindir = Path(sys.executable).parent
+    proc = subprocess.run([str(bindir / 'ansible-playbook'), str(ROOT / playbook), '-i', str(inventory)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+    try:
+        report = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f'ansible-playbook printed no JSON report (rc={proc.returncode}):\n{proc.stdout}\n{proc.stderr}')
+    return proc, report
+
+
+def validation_result(report):
+    """The validation task's only result, after asserting nothing else ran."""
+    plays = [p['play']['name'] for p in report['plays']]
+    assert plays == [VALIDATION_PLAY], f'plays that started: {plays}'
+    tasks = report['plays'][0]['tasks']
+    assert [t['task']['name'] for t in tasks] == [VALIDATION_TASK]
+    results = list(tasks[0]['hosts'].values())
+    assert len(results) == 1, 'the validation task must run once, on the controller'
+    assert results[0]['action'] == 'ai_platform.l1.inventory_validate'
+    return results[0]
+
+
+def test_every_bad_inventory_has_a_case():
+    assert sorted(p.name for p in BAD.iterdir() if p.is_dir()) == sorted(CASES)
+
+
+def test_site_starts_with_the_validation_play():
+    site = yaml.safe_load((ROOT / 'playbooks/site.yml').read_text())
+    assert site[0]['ansible.builtin.import_playbook'] == 'validate.yml'
+
+
+@pytest.mark.parametrize('name', sorted(CASES))
+def test_bad_inventory_fails_before_any_host_is_touched(name):
+    proc, report = run_playbook('playbooks/site.yml', BAD / name)
+    assert proc.returncode == 2, proc.stderr
+    result = validation_result(report)
+    assert result['failed'] is True
+    assert result['errors'] == CASES[name]
+    assert result['msg'].splitlines() == [f'inventory validation found {len(CASES[name])} error(s):', *CASES[name]]
+    # Every host but the one the task was attributed to never had a result: nothing ran there.
+    assert all(s['ok'] == 0 and s['changed'] == 0 for s in report['stats'].values())
+
+
+@pytest.mark.parametrize(('inventory', 'hosts'), [('inventories/sample', 103), ('inventories/lab', 6)])
+def test_shipped_inventories_pass(inventory, hosts):
+    # validate.yml alone: site.yml would go on to configure the hosts.
+    proc, report = run_playbook('playbooks/validate.yml', ROOT / inventory)
+    result = validation_result(report)
+    assert proc.returncode == 0, result.get('msg')
+    assert result['errors'] == []
+    assert result['checked_hosts'] == hosts
