@@ -74,7 +74,7 @@ def fake_bin(tmp_path_factory):
     return d
 
 
-def run_module(lib_dir, fake_bin, scenario, args=None, env=None, tmp_path=None, python_path_extra=None):
+def run_module(lib_dir, fake_bin, scenario, args=None, env=None, *, tmp_path, python_path_extra=None):
     args_file = tmp_path / "args.json"
     args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args or {}}))
     run_env = {
@@ -135,7 +135,7 @@ def gpu(index, uuid, pci, **over):
     return g
 
 
-def system(count, topology, gpus, fm_required=False, fm_state="n/a", problems=(), driver="550.54.15", cuda="12.4"):
+def system(count, topology, gpus, *, fm_required=False, fm_state="n/a", problems=(), driver="550.54.15", cuda="12.4"):
     return {
         "present": True, "reason": "", "driver_version": driver, "cuda_driver_version": cuda,
         "count": count, "topology": topology,
@@ -272,23 +272,25 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("scenario,args,env,expected", CASES, ids=[c[0] for c in CASES])
-def test_scenario_full_facts(fake_nvml_dir, fake_bin, tmp_path, scenario, args, env, expected):
-    result = run_module(fake_nvml_dir, fake_bin, scenario, args, env, tmp_path)
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_scenario_full_facts(fake_nvml_dir, fake_bin, tmp_path, case):
+    scenario, args, env, expected = case
+    result = run_module(fake_nvml_dir, fake_bin, scenario, args, env, tmp_path=tmp_path)
     assert result.get("failed") is not True, result.get("msg")
     assert result["changed"] is False
     assert result["gpu_info"] == expected
 
 
 def test_check_mode_reads_the_same(fake_nvml_dir, fake_bin, tmp_path):
-    result = run_module(fake_nvml_dir, fake_bin, "a100-8x-nvswitch-mig", {"_ansible_check_mode": True}, {}, tmp_path)
+    args = {"_ansible_check_mode": True}
+    result = run_module(fake_nvml_dir, fake_bin, "a100-8x-nvswitch-mig", args, {}, tmp_path=tmp_path)
     assert result["changed"] is False
     assert result["gpu_info"] == EXPECT_A100
 
 
 @pytest.mark.parametrize("state", ["inactive", "failed", "not-installed"])
 def test_fabric_manager_not_running_is_a_problem(fake_nvml_dir, fake_bin, tmp_path, state):
-    result = run_module(fake_nvml_dir, fake_bin, "h100-8x-nvswitch", {}, {"FAKE_FM_STATE": state}, tmp_path)
+    result = run_module(fake_nvml_dir, fake_bin, "h100-8x-nvswitch", {}, {"FAKE_FM_STATE": state}, tmp_path=tmp_path)
     expected = copy.deepcopy(EXPECT_H100)
     expected["fabric_manager"]["state"] = state
     expected["health"] = {"ok": False, "problems": ["NVSwitch present but the fabric manager is %s" % state]}
@@ -298,7 +300,7 @@ def test_fabric_manager_not_running_is_a_problem(fake_nvml_dir, fake_bin, tmp_pa
 def test_library_not_found_is_absent(fake_bin, tmp_path):
     empty = tmp_path / "nolib"
     empty.mkdir()
-    result = run_module(empty, fake_bin, "a100-8x-nvswitch-mig", {}, {}, tmp_path)
+    result = run_module(empty, fake_bin, "a100-8x-nvswitch-mig", {}, {}, tmp_path=tmp_path)
     assert result["gpu_info"] == absent("NVML library libnvidia-ml.so.1 not found (NVIDIA driver not installed)")
 
 
@@ -308,7 +310,7 @@ def test_library_not_found_is_absent(fake_bin, tmp_path):
 ])
 def test_required_fails_with_reason(fake_nvml_dir, fake_bin, tmp_path, scenario, reason):
     lib = fake_nvml_dir if scenario else tmp_path
-    result = run_module(lib, fake_bin, scenario or "x", {"required": True}, {}, tmp_path)
+    result = run_module(lib, fake_bin, scenario or "x", {"required": True}, {}, tmp_path=tmp_path)
     assert result["failed"] is True
     assert result["msg"] == "NVIDIA GPUs required but not usable: " + reason
     assert result["gpu_info"] == absent(reason)
@@ -318,20 +320,22 @@ def test_missing_pynvml_names_the_package(fake_nvml_dir, fake_bin, tmp_path):
     blocker = tmp_path / "block"
     blocker.mkdir()
     (blocker / "pynvml.py").write_text("raise ImportError('No module named pynvml')\n")
-    result = run_module(fake_nvml_dir, fake_bin, "a100-8x-nvswitch-mig", {}, {}, tmp_path, str(blocker))
+    result = run_module(
+        fake_nvml_dir, fake_bin, "a100-8x-nvswitch-mig", {}, {}, tmp_path=tmp_path, python_path_extra=str(blocker)
+    )
     assert result["failed"] is True
     assert "nvidia-ml-py" in result["msg"]
 
 
 def test_file_source_needs_a_path(fake_nvml_dir, fake_bin, tmp_path):
-    result = run_module(fake_nvml_dir, fake_bin, "a100-8x-nvswitch-mig", {"xid_source": "file"}, {}, tmp_path)
+    result = run_module(fake_nvml_dir, fake_bin, "a100-8x-nvswitch-mig", {"xid_source": "file"}, {}, tmp_path=tmp_path)
     assert result["failed"] is True
     assert "xid_log_path" in result["msg"]
 
 
 def test_unreadable_log_warns_and_keeps_facts(fake_nvml_dir, fake_bin, tmp_path):
     args = {"xid_source": "file", "xid_log_path": str(tmp_path / "missing.log")}
-    result = run_module(fake_nvml_dir, fake_bin, "l40s-8x-pcie", args, {}, tmp_path)
+    result = run_module(fake_nvml_dir, fake_bin, "l40s-8x-pcie", args, {}, tmp_path=tmp_path)
     assert result["gpu_info"] == EXPECT_L40S
     # ansible-core 2.19 returns structured warnings from a directly run module; older ones strings.
     assert any("cannot read the kernel log (file)" in json.dumps(w) for w in result["warnings"])
@@ -351,13 +355,13 @@ def test_xid_window_and_ignore_list(fake_nvml_dir, fake_bin, tmp_path):
         "",
     ]))
     args = {"xid_source": "file", "xid_log_path": str(log), "xid_window": 3600}
-    info = run_module(fake_nvml_dir, fake_bin, "a100-8x-nvswitch-mig", args, {}, tmp_path)["gpu_info"]
+    info = run_module(fake_nvml_dir, fake_bin, "a100-8x-nvswitch-mig", args, {}, tmp_path=tmp_path)["gpu_info"]
     assert info["gpus"][0]["xid_errors"] == []  # two days old: outside the window
     assert [x["xid"] for x in info["gpus"][1]["xid_errors"]] == [31, 74]
     assert len(info["health"]["problems"]) == 1  # 31 is an application XID, ignored by default
     assert info["health"]["problems"][0].startswith("GPU 1 (00000000:0F:00.0): XID 74 seen 1 time(s)")
     args["xid_ignore"] = [74]
-    info = run_module(fake_nvml_dir, fake_bin, "a100-8x-nvswitch-mig", args, {}, tmp_path)["gpu_info"]
+    info = run_module(fake_nvml_dir, fake_bin, "a100-8x-nvswitch-mig", args, {}, tmp_path=tmp_path)["gpu_info"]
     assert info["health"]["problems"][0].startswith("GPU 1 (00000000:0F:00.0): XID 31 seen 1 time(s)")
 
 
@@ -373,11 +377,11 @@ def test_auto_reads_the_journal_then_falls_back_to_dmesg(fake_nvml_dir, fake_bin
         "%s NVRM: Xid (PCI:0000:4e:00): 94, pid=3, Contained ECC error\n" % _iso(now - 30).replace(".", ",")
     )
     env = {"FAKE_JOURNAL": str(journal), "FAKE_DMESG": str(dmesg)}
-    info = run_module(fake_nvml_dir, fake_bin, "a100-8x-nvswitch-mig", {}, env, tmp_path)["gpu_info"]
+    info = run_module(fake_nvml_dir, fake_bin, "a100-8x-nvswitch-mig", {}, env, tmp_path=tmp_path)["gpu_info"]
     assert [x["xid"] for x in info["gpus"][2]["xid_errors"]] == [79]
     assert info["gpus"][3]["xid_errors"] == []
     env["FAKE_JOURNAL_FAIL"] = "1"
-    info = run_module(fake_nvml_dir, fake_bin, "a100-8x-nvswitch-mig", {}, env, tmp_path)["gpu_info"]
+    info = run_module(fake_nvml_dir, fake_bin, "a100-8x-nvswitch-mig", {}, env, tmp_path=tmp_path)["gpu_info"]
     assert info["gpus"][2]["xid_errors"] == []
     assert [x["xid"] for x in info["gpus"][3]["xid_errors"]] == [94]
     assert info["gpus"][3]["xid_errors"][0]["pci_bus_id"] == "00000000:4E:00.0"
