@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
-# Copyright: (c) 2025, ai_platform L1 maintainers
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# Copyright: (c) 2025, ai_platform L1 contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Check the whole inventory on the controller before any host is touched.
 
 The checks are pure functions over ``groups`` and ``hostvars`` so they can be unit-tested

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
-# Copyright: (c) 2025, ai_platform L1 maintainers
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# Copyright: (c) 2025, ai_platform L1 contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
 # This file only documents the action plugin of the same name, as ansible.builtin.assert does:
 # the checks run on the controller and never reach a managed host.
@@ -115,7 +115,7 @@ seealso:
   - module: ansible.builtin.assert
   - module: ansible.builtin.validate_argument_spec
 author:
-  - ai_platform L1 maintainers
+  - ai_platform L1 contributors (@ai-platform)
 """
 
 EXAMPLES = r"""
