@@ -114,7 +114,7 @@ class Node:
 
 def _row(widths, cells, last_fill=True):
     out = '|'
-    for i, (width, cell) in enumerate(zip(widths, cells)):
+    for i, (width, cell) in enumerate(zip(widths, cells, strict=True)):
         if i == len(widths) - 1:
             out += ' ' + cell.ljust(width - 1) + '|'
         else:
@@ -205,7 +205,7 @@ def info_topo(node):
     prefix = 'Phy-ID' if node.style == 'a3' else 'NPU'
     labels = ['%s%d' % (prefix, c['phy'] if node.style == 'a3' else c['logic']) for c in node.chips]
     out = '\t   ' + ''.join(label.ljust(11) for label in labels) + 'CPU Affinity\n'
-    for a, label in zip(node.chips, labels):
+    for a, label in zip(node.chips, labels, strict=True):
         cells = ['X' if a is b else topo_kind(node, a, b) for b in node.chips]
         out += label.ljust(11) + ''.join(c.ljust(11) for c in cells) + a['affinity'] + '\n'
     legend = LEGEND if node.style != 'a3' else LEGEND.rstrip('\n') + '\n' + A3_LEGEND_EXTRA
@@ -308,7 +308,7 @@ def parse_args(args):
             try:
                 opts[key] = int(opts[key])
             except ValueError:
-                raise Usage('The value of %s must be a number.' % key)
+                raise Usage('The value of %s must be a number.' % key) from None
     return opts, flags
 
 

@@ -22,7 +22,7 @@ def accelerator_labels(facts, node_type='gpu-compute', gfd_labels=False):
         return compute_labels(gpu_info=facts.get('gpu_info'), npu_info=facts.get('npu_info'),
                               hw_info=facts.get('hw_info'), node_type=node_type, gfd_labels=bool(gfd_labels))
     except ValueError as exc:
-        raise AnsibleFilterError('accelerator_labels: %s' % exc)
+        raise AnsibleFilterError('accelerator_labels: %s' % exc) from exc
 
 
 class FilterModule(object):

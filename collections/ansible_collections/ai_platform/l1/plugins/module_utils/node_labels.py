@@ -134,8 +134,9 @@ def normalize_gpu_model(name, memory_total_mib=None):
     "NVIDIA L40S" -> "L40S-PCIE-48GB", "NVIDIA A100 80GB PCIe" -> "A100-PCIE-80GB".
     Form factor: SXM<n> -> SXM, PCIe -> PCIE, NVL, HBM3 (SXM-only parts) -> SXM, else the
     known-GPU table. Memory: "<n>GB" in the name, else the table (unless the name names a
-    form-factor variant), else memory_total_mib rounded to GiB. Unknown names keep their words joined by "-" ("NVIDIA GeForce RTX 4090"
-    with 24564 MiB -> "GeForce-RTX-4090-24GB"); no form factor is invented for them.
+    form-factor variant), else memory_total_mib rounded to GiB. Unknown names keep their
+    words joined by "-" ("NVIDIA GeForce RTX 4090" with 24564 MiB -> "GeForce-RTX-4090-24GB");
+    no form factor is invented for them.
     """
     text = re.sub(r'^(NVIDIA|Tesla)\s+', '', (name or '').strip())
     tokens = [t for t in re.split(r'[\s\-]+', text) if t]
@@ -210,7 +211,8 @@ def _nvidia_labels(gpu_info, gfd_labels):
     memory_mib = first.get('memory_total_mib') or 0
     topology = gpu_info.get('topology')
     if topology not in NVIDIA_TOPOLOGY_LABELS:
-        raise ValueError('gpu_info topology %r is not one of %s' % (topology, ', '.join(sorted(NVIDIA_TOPOLOGY_LABELS))))
+        raise ValueError('gpu_info topology %r is not one of %s'
+                         % (topology, ', '.join(sorted(NVIDIA_TOPOLOGY_LABELS))))
     mig_capable = [g for g in gpus if (g.get('mig') or {}).get('capable')]
     mig_enabled = any((g.get('mig') or {}).get('current') for g in gpus)
     labels = {
@@ -226,7 +228,8 @@ def _nvidia_labels(gpu_info, gfd_labels):
     if mig_capable:
         profiles = sorted(set(mig_capable[0]['mig'].get('profiles') or []), key=_mig_profile_key)
         if profiles:
-            labels['accelerator-mig-profiles'] = MIG_PROFILE_SEPARATOR.join(sanitize_label_value(p) for p in profiles)
+            labels['accelerator-mig-profiles'] = MIG_PROFILE_SEPARATOR.join(
+                sanitize_label_value(p) for p in profiles)
     if gfd_labels:
         labels.update(_gfd_labels(gpu_info, first, bool(mig_capable), mig_enabled))
     return labels
@@ -269,7 +272,8 @@ def _gfd_labels(gpu_info, first, mig_capable, mig_enabled):
 def _ascend_labels(npu_info):
     topology = npu_info.get('topology')
     if topology not in ASCEND_TOPOLOGY_LABELS:
-        raise ValueError('npu_info topology %r is not one of %s' % (topology, ', '.join(sorted(ASCEND_TOPOLOGY_LABELS))))
+        raise ValueError('npu_info topology %r is not one of %s'
+                         % (topology, ', '.join(sorted(ASCEND_TOPOLOGY_LABELS))))
     hbm_mb = npu_info.get('hbm_total_mb') or 0
     labels = {
         'accelerator': 'huawei-ascend',
@@ -312,7 +316,8 @@ def compute_labels(gpu_info=None, npu_info=None, hw_info=None, node_type='gpu-co
     has_gpu = bool(gpu_info.get('present'))
     has_npu = bool(npu_info.get('present'))
     if has_gpu and has_npu:
-        raise ValueError('the node reports both NVIDIA GPUs and Ascend NPUs; one accelerator label set cannot describe it')
+        raise ValueError('the node reports both NVIDIA GPUs and Ascend NPUs; '
+                         'one accelerator label set cannot describe it')
     labels = {}
     if has_gpu:
         labels.update(_nvidia_labels(gpu_info, gfd_labels))

@@ -41,7 +41,7 @@ def _int(value, what):
     try:
         return int(value)
     except (TypeError, ValueError):
-        raise NpuSmiParseError('%s: expected an integer, got %r' % (what, value))
+        raise NpuSmiParseError('%s: expected an integer, got %r' % (what, value)) from None
 
 
 def _float_or_none(value):
@@ -75,6 +75,76 @@ def _split_columns(text, counts):
     return merged
 
 
+def _table_rows(lines):
+    """The device rows of the `npu-smi info` table, and whether the chip row has a Phy-ID."""
+    header_seen = False
+    has_phy_id = False
+    rows = []
+    for line in lines:
+        stripped = line.strip()
+        if not stripped.startswith('|') or _SEP_RE.match(stripped):
+            continue
+        cells = [c.strip() for c in stripped.strip('|').split('|')]
+        if cells[0].startswith('NPU') and 'Chip' in cells[0] and 'Process' in stripped:
+            break  # start of the process table
+        if cells[0].startswith('NPU') and len(cells) >= 3 and cells[1].startswith('Health'):
+            header_seen = True
+        elif cells[0].startswith('Chip') and len(cells) >= 3 and cells[1].startswith('Bus-Id'):
+            has_phy_id = 'Phy-ID' in cells[0] or 'Device' in cells[0]
+        elif header_seen and len(cells) == 3:
+            rows.append(cells)
+    if not header_seen:
+        raise NpuSmiParseError('no "NPU Name | Health | ..." table header')
+    if not rows:
+        raise NpuSmiParseError('the device table has no rows')
+    if len(rows) % 2:
+        raise NpuSmiParseError('device rows come in pairs; found an odd number (%d)' % len(rows))
+    return rows, has_phy_id
+
+
+def _table_chip(first, second, has_phy_id):
+    """One chip from its two table rows."""
+    npu_part = first[0].split()
+    if len(npu_part) < 2:
+        raise NpuSmiParseError('expected "<NPU id> <name>" in %r' % first[0])
+    npu_id = _int(npu_part[0], 'NPU id')
+    health = first[1]
+    if health not in HEALTH_STATES:
+        raise NpuSmiParseError('NPU %d: unknown health state %r' % (npu_id, health))
+    # Old drivers (npu-smi 1.x) print no Hugepages-Usage column.
+    values = _split_columns(first[2], (2, 3))
+    chip_part = second[0].split()
+    if not chip_part:
+        raise NpuSmiParseError('NPU %d: missing chip id' % npu_id)
+    chip_id = _int(chip_part[0], 'chip id')
+    bus_id = second[1]
+    if not re.match(r'^[0-9A-Fa-fx]{4,8}:[0-9A-Fa-fx]{2}:[0-9A-Fa-fx]{2}\.[0-7]$', bus_id):
+        raise NpuSmiParseError('NPU %d chip %d: %r is not a PCI bus id' % (npu_id, chip_id, bus_id))
+    usage_cols = re.split(r'\s{2,}', second[2].strip(), maxsplit=1)
+    usages = re.findall(r'\d+\s*/\s*\d+', usage_cols[1] if len(usage_cols) > 1 else '')
+    if not usages:
+        raise NpuSmiParseError('NPU %d chip %d: no memory usage in %r' % (npu_id, chip_id, second[2]))
+    memory_used, memory_total = _usage(usages[0], 'Memory-Usage')
+    # Inference cards (310P) have no HBM column: their memory is the device DDR.
+    hbm_used, hbm_total = _usage(usages[1], 'HBM-Usage') if len(usages) > 1 else (None, None)
+    return {
+        'npu_id': npu_id,
+        'chip_id': chip_id,
+        'phy_id': _int(chip_part[1], 'chip Phy-ID') if has_phy_id and len(chip_part) > 1 else None,
+        'name': ' '.join(npu_part[1:]),
+        'health': health,
+        'power_w': _float_or_none(values[0]),
+        'temperature_c': _float_or_none(values[1]),
+        'hugepages': values[2] if len(values) == 3 else None,
+        'bus_id': bus_id,
+        'aicore_percent': _float_or_none(usage_cols[0]),
+        'memory_used_mb': memory_used,
+        'memory_total_mb': memory_total,
+        'hbm_used_mb': hbm_used,
+        'hbm_total_mb': hbm_total,
+    }
+
+
 def parse_info_table(text):
     """Parse `npu-smi info`: the version header and one entry per chip.
 
@@ -91,83 +161,11 @@ def parse_info_table(text):
             break
     if version is None:
         raise NpuSmiParseError('no "npu-smi <version> Version: <version>" header line')
-
-    header_seen = False
-    has_phy_id = False
-    rows = []
-    for line in lines:
-        stripped = line.strip()
-        if not stripped.startswith('|') or _SEP_RE.match(stripped):
-            continue
-        cells = [c.strip() for c in stripped.strip('|').split('|')]
-        if cells and cells[0].startswith('NPU') and 'Chip' in cells[0] and 'Process' in stripped:
-            break  # start of the process table
-        if cells[0].startswith('NPU') and len(cells) >= 3 and cells[1].startswith('Health'):
-            header_seen = True
-            continue
-        if cells[0].startswith('Chip') and len(cells) >= 3 and cells[1].startswith('Bus-Id'):
-            has_phy_id = 'Phy-ID' in cells[0] or 'Device' in cells[0]
-            continue
-        if header_seen and len(cells) == 3:
-            rows.append(cells)
-    if not header_seen:
-        raise NpuSmiParseError('no "NPU Name | Health | ..." table header')
-    if not rows:
-        raise NpuSmiParseError('the device table has no rows')
-    if len(rows) % 2:
-        raise NpuSmiParseError('device rows come in pairs; found an odd number (%d)' % len(rows))
-
-    chips = []
-    for first, second in zip(rows[0::2], rows[1::2]):
-        npu_part = first[0].split()
-        if len(npu_part) < 2:
-            raise NpuSmiParseError('expected "<NPU id> <name>" in %r' % first[0])
-        npu_id = _int(npu_part[0], 'NPU id')
-        name = ' '.join(npu_part[1:])
-        health = first[1]
-        if health not in HEALTH_STATES:
-            raise NpuSmiParseError('NPU %d: unknown health state %r' % (npu_id, health))
-        # Old drivers (npu-smi 1.x) print no Hugepages-Usage column.
-        values = _split_columns(first[2], (2, 3))
-        power, temp = values[0], values[1]
-        hugepages = values[2] if len(values) == 3 else None
-        chip_part = second[0].split()
-        if not chip_part:
-            raise NpuSmiParseError('NPU %d: missing chip id' % npu_id)
-        chip_id = _int(chip_part[0], 'chip id')
-        phy_id = _int(chip_part[1], 'chip Phy-ID') if has_phy_id and len(chip_part) > 1 else None
-        bus_id = second[1]
-        if not re.match(r'^[0-9A-Fa-fx]{4,8}:[0-9A-Fa-fx]{2}:[0-9A-Fa-fx]{2}\.[0-7]$', bus_id):
-            raise NpuSmiParseError('NPU %d chip %d: %r is not a PCI bus id' % (npu_id, chip_id, bus_id))
-        usage_cols = re.split(r'\s{2,}', second[2].strip(), maxsplit=1)
-        aicore = usage_cols[0]
-        usages = re.findall(r'\d+\s*/\s*\d+', usage_cols[1] if len(usage_cols) > 1 else '')
-        if not usages:
-            raise NpuSmiParseError('NPU %d chip %d: no memory usage in %r' % (npu_id, chip_id, second[2]))
-        memory_used, memory_total = _usage(usages[0], 'Memory-Usage')
-        if len(usages) > 1:
-            hbm_used, hbm_total = _usage(usages[1], 'HBM-Usage')
-        else:
-            # Inference cards (310P) have no HBM column: their memory is the device DDR.
-            hbm_used, hbm_total = None, None
-        chips.append({
-            'npu_id': npu_id,
-            'chip_id': chip_id,
-            'phy_id': phy_id,
-            'name': name,
-            'health': health,
-            'power_w': _float_or_none(power),
-            'temperature_c': _float_or_none(temp),
-            'hugepages': hugepages,
-            'bus_id': bus_id,
-            'aicore_percent': _float_or_none(aicore),
-            'memory_used_mb': memory_used,
-            'memory_total_mb': memory_total,
-            'hbm_used_mb': hbm_used,
-            'hbm_total_mb': hbm_total,
-        })
+    rows, has_phy_id = _table_rows(lines)
     result = dict(version)
-    result['chips'] = chips
+    # Rows alternate: first row of a chip, second row of the same chip.
+    result['chips'] = [_table_chip(first, second, has_phy_id)
+                       for first, second in zip(rows[0::2], rows[1::2])]  # noqa: B905 (targets predate strict=)
     return result
 
 
@@ -355,6 +353,16 @@ def parse_health(text):
     }
 
 
+def _topo_header(lines):
+    for idx, line in enumerate(lines):
+        if re.match(r'^\s*(NPU|Phy-ID)\d+\s', line):
+            header = line.replace('CPU Affinity', '').split()
+            if not all(re.match(r'^(NPU|Phy-ID)\d+$', h) for h in header):
+                raise NpuSmiParseError('unexpected column header %r' % line.strip())
+            return idx, header
+    raise NpuSmiParseError('no "NPU0 NPU1 ..." column header')
+
+
 def parse_topo(text):
     """`npu-smi info -t topo`: the link kind between every pair of devices.
 
@@ -362,16 +370,7 @@ def parse_topo(text):
     {(row_label, column_label): kind} for off-diagonal cells, and the CPU affinity per row.
     """
     lines = text.splitlines()
-    header_idx = None
-    for idx, line in enumerate(lines):
-        if line.strip() and re.match(r'^\s*(NPU|Phy-ID)\d+\s', line):
-            header_idx = idx
-            break
-    if header_idx is None:
-        raise NpuSmiParseError('no "NPU0 NPU1 ..." column header')
-    header = lines[header_idx].replace('CPU Affinity', '').split()
-    if not header or not all(re.match(r'^(NPU|Phy-ID)\d+$', h) for h in header):
-        raise NpuSmiParseError('unexpected column header %r' % lines[header_idx].strip())
+    header_idx, header = _topo_header(lines)
     links = {}
     affinity = {}
     rows = []
@@ -386,12 +385,11 @@ def parse_topo(text):
             raise NpuSmiParseError('row %s has %d cells for %d columns' % (label, len(cells), len(header)))
         if len(cells) == len(header) + 1:
             affinity[label] = cells[-1]
-        for column, kind in zip(header, cells):
-            if column == label:
-                if kind != 'X':
-                    raise NpuSmiParseError('row %s: diagonal is %r, expected X' % (label, kind))
-                continue
-            links[(label, column)] = kind
+        if cells[header.index(label)] != 'X':
+            raise NpuSmiParseError('row %s: diagonal is %r, expected X' % (label, cells[header.index(label)]))
+        for column, kind in zip(header, cells):  # noqa: B905 (cells may carry the affinity too)
+            if column != label:
+                links[(label, column)] = kind
         rows.append(label)
     if sorted(rows) != sorted(header):
         raise NpuSmiParseError('matrix is not square: rows %s, columns %s' % (rows, header))

@@ -243,6 +243,40 @@ class NpuSmi(object):
                                   stdout_excerpt=excerpt)
 
 
+def per_npu_facts(smi, listing):
+    """Board facts per NPU, ECC counters and usages per (npu, chip)."""
+    npus = []
+    ecc = {}
+    usages = {}
+    for entry in listing['npus']:
+        npu_id = entry['npu_id']
+        board = smi.run(['info', '-t', 'board', '-i', str(npu_id)], npu_smi.parse_board)
+        board['chip_count'] = entry['chip_count']
+        npus.append(board)
+        for chip_id, counters in smi.run(['info', '-t', 'ecc', '-i', str(npu_id)], npu_smi.parse_ecc).items():
+            ecc[(npu_id, chip_id)] = counters
+        for chip_id, usage in smi.run(['info', '-t', 'usages', '-i', str(npu_id)], npu_smi.parse_usages).items():
+            usages[(npu_id, chip_id)] = usage
+    return npus, ecc, usages
+
+
+def chip_problems(chip):
+    """Why a chip is unhealthy: a health state other than OK, or double-bit ECC errors."""
+    where = 'NPU %d chip %d' % (chip['npu_id'], chip['chip_id'])
+    problems = []
+    if chip['health'] != 'OK':
+        text = 'health %s' % chip['health']
+        if chip['error_codes']:
+            text += ', error %s' % ' '.join(chip['error_codes'])
+        if chip['error_information']:
+            text += ' (%s)' % chip['error_information']
+        problems.append('%s: %s' % (where, text))
+    for counter, what in (('hbm_dbe', 'HBM'), ('ddr_dbe', 'DDR')):
+        if chip['ecc'].get(counter):
+            problems.append('%s: %d %s double-bit ECC errors' % (where, chip['ecc'][counter], what))
+    return problems
+
+
 def discover(module, smi, ascend_root):
     table = smi.run(['info'], npu_smi.parse_info_table)
     listing = smi.run(['info', '-l'], npu_smi.parse_list)
@@ -261,19 +295,7 @@ def discover(module, smi, ascend_root):
         module.fail_json(msg='`npu-smi info -t topo` has %d devices, `npu-smi info -m` %d compute chips'
                          % (len(topo['labels']), len(compute)))
 
-    npus = []
-    ecc = {}
-    usages = {}
-    for entry in listing['npus']:
-        npu_id = entry['npu_id']
-        board = smi.run(['info', '-t', 'board', '-i', str(npu_id)], npu_smi.parse_board)
-        board['chip_count'] = entry['chip_count']
-        npus.append(board)
-        for chip_id, counters in smi.run(['info', '-t', 'ecc', '-i', str(npu_id)], npu_smi.parse_ecc).items():
-            ecc[(npu_id, chip_id)] = counters
-        for chip_id, usage in smi.run(['info', '-t', 'usages', '-i', str(npu_id)], npu_smi.parse_usages).items():
-            usages[(npu_id, chip_id)] = usage
-
+    npus, ecc, usages = per_npu_facts(smi, listing)
     chips = []
     problems = []
     labels = topo['labels']
@@ -305,17 +327,7 @@ def discover(module, smi, ascend_root):
             'ecc': counters,
         }
         chips.append(entry)
-        where = 'NPU %d chip %d' % key
-        if entry['health'] != 'OK':
-            text = 'health %s' % entry['health']
-            if entry['error_codes']:
-                text += ', error %s' % ' '.join(entry['error_codes'])
-            if entry['error_information']:
-                text += ' (%s)' % entry['error_information']
-            problems.append('%s: %s' % (where, text))
-        for counter, what in (('hbm_dbe', 'HBM'), ('ddr_dbe', 'DDR')):
-            if counters.get(counter):
-                problems.append('%s: %d %s double-bit ECC errors' % (where, counters[counter], what))
+        problems.extend(chip_problems(entry))
 
     chips_per_npu = max(len([c for c in compute if c['npu_id'] == n['npu_id']]) for n in listing['npus'])
     firmware = read_key(os.path.join(ascend_root, 'firmware', 'version.info'), 'Version')

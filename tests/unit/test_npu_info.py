@@ -1,0 +1,348 @@
+"""ai_platform.l1.npu_info through Ansible's module interface, against the fake npu-smi.
+
+The module runs in-process (AnsibleModule reads its arguments the way a task passes them)
+and calls tests/hardware/npu/npu_smi_fake.py as its npu-smi, driven by a scenario file.
+The npu-smi parsers are also table-tested on the captured real outputs.
+"""
+
+import copy
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "collections"))
+NPU = ROOT / "tests/hardware/npu"
+FAKE = NPU / "npu_smi_fake.py"
+CAPTURED = NPU / "captured"
+SCENARIOS = NPU / "scenarios"
+sys.path.insert(0, str(NPU))
+sys.path.insert(0, str(ROOT / "tests/hardware/sysfs"))
+
+import ascend_tree  # noqa: E402
+import build_sysfs  # noqa: E402
+from ansible_collections.ai_platform.l1.plugins.module_utils import npu_smi  # noqa: E402
+from ansible_collections.ai_platform.l1.plugins.module_utils.node_labels import compute_labels  # noqa: E402
+from ansible_collections.ai_platform.l1.plugins.modules import npu_info  # noqa: E402
+from ansible_collections.ai_platform.l1.plugins.modules.node_hw_info import collect  # noqa: E402
+
+
+def load(name):
+    return json.loads((SCENARIOS / f"{name}.json").read_text())
+
+
+def run(args, capsys, monkeypatch, scenario_path, check_mode=False):
+    monkeypatch.setenv("AI_L1_FAKE_NPU_SCENARIO", str(scenario_path))
+    if check_mode:
+        args = dict(args, _ansible_check_mode=True)
+    with patch_module_args(args), pytest.raises(SystemExit) as exc:
+        npu_info.main()
+    result = json.loads(capsys.readouterr().out)
+    result["_rc"] = exc.value.code
+    return result
+
+
+_CACHE = {}
+
+
+@pytest.fixture
+def node(tmp_path, monkeypatch, capsys):
+    """Run the module against a scenario (name or dict) with its version files installed.
+
+    Results of plain runs of the named scenarios are reused across tests: each run starts
+    some 30 npu-smi processes, and the facts of one scenario do not change.
+    """
+
+    def _run(scenario, check_mode=False, versions=True, **args):
+        key = (scenario, check_mode) if isinstance(scenario, str) and versions and not args else None
+        if key in _CACHE:
+            return copy.deepcopy(_CACHE[key])
+        result = _run_uncached(scenario, check_mode, versions, **args)
+        if key:
+            _CACHE[key] = copy.deepcopy(result)
+        return result
+
+    def _run_uncached(scenario, check_mode=False, versions=True, **args):
+        sc = load(scenario) if isinstance(scenario, str) else scenario
+        path = tmp_path / "scenario.json"
+        path.write_text(json.dumps(sc))
+        root = tmp_path / "Ascend"
+        if versions:
+            ascend_tree.build(str(root), sc.get("versions", {}), npu_info.platform.machine())
+        module_args = {"npu_smi_path": str(FAKE), "ascend_root": str(root)}
+        module_args.update(args)
+        return run(module_args, capsys, monkeypatch, path, check_mode)
+
+    return _run
+
+
+def expected_facts(sc):
+    """The facts a scenario must produce, derived from the scenario, not from the parser."""
+    per_npu = sc["chips_per_npu"]
+    chip = sc["chip"]
+    faults = {(f["npu"], f["chip"]): f for f in sc.get("faults", [])}
+    a3 = sc["table_style"] == "a3"
+    chips = []
+    problems = []
+    for logic in range(sc["npu_count"] * per_npu):
+        npu, chip_id = divmod(logic, per_npu)
+        fault = faults.get((npu, chip_id), {})
+        ecc_names = ["hbm_sbe", "hbm_dbe", "hbm_sbe_aggregate", "hbm_dbe_aggregate",
+                     "hbm_sbe_isolated_pages", "hbm_dbe_isolated_pages"]
+        if not a3:
+            ecc_names += ["ddr_sbe", "ddr_dbe", "ddr_sbe_aggregate", "ddr_dbe_aggregate"]
+        ecc = {name: fault.get("ecc", {}).get(name, 0) for name in ecc_names}
+        health = fault.get("health", "OK")
+        chips.append({
+            "npu_id": npu, "chip_id": chip_id, "logic_id": logic, "phy_id": logic if a3 else None,
+            "name": chip["name"], "bus_id": sc["bus_ids"][logic], "health": health,
+            "error_codes": fault.get("error_codes", []), "error_information": fault.get("error_info", ""),
+            "hbm_total_mb": chip["hbm_mb"], "hbm_used_mb": chip["hbm_used_mb"],
+            "temperature_c": float(chip["temp_c"]),
+            "power_w": float(chip["power_w"]) if chip_id == 0 else None,
+            "cpu_affinity": sc["cpu_affinity"][logic], "ecc": ecc,
+        })
+        if health != "OK":
+            problems.append(f"NPU {npu} chip {chip_id}: health {health}, error {' '.join(fault['error_codes'])}"
+                            f" ({fault['error_info']})")
+        if ecc["hbm_dbe"]:
+            problems.append(f"NPU {npu} chip {chip_id}: {ecc['hbm_dbe']} HBM double-bit ECC errors")
+    versions = sc["versions"]
+    return {
+        "present": True, "reason": "", "npu_smi_version": sc["npu_smi_version"],
+        "driver_version": versions["driver"], "firmware_version": versions["firmware"],
+        "cann_version": versions["cann"], "chip_name": chip["map_name"],
+        "npu_count": sc["npu_count"], "chip_count": sc["npu_count"] * per_npu, "chips_per_npu": per_npu,
+        "hbm_total_mb": chip["hbm_mb"], "chips": chips,
+        "npus": [{"npu_id": n, "software_version": versions["driver"], "firmware_version": versions["firmware"],
+                  "compatibility": "OK", "pci_device_id": chip["pci_device_id"].lower(),
+                  "bus_id": sc["bus_ids"][n * per_npu], "chip_count": per_npu} for n in range(sc["npu_count"])],
+        "health": {"ok": not problems, "problems": problems},
+    }
+
+
+SCENARIO_FACTS = [
+    # scenario, chip_model, topology, topology_links
+    ("910b", "910B", "hccs-fullmesh", {"HCCS": 28}),
+    ("910a", "910A", "hccs-partial", {"HCCS": 12, "SYS": 16}),
+    ("a3", "910C", "hccs-switch", {"SIO": 8, "HCCS_SW": 112}),
+    ("910b_alarm", "910B", "hccs-fullmesh", {"HCCS": 28}),
+]
+
+
+@pytest.mark.parametrize("scenario,model,topology,links", SCENARIO_FACTS, ids=[s[0] for s in SCENARIO_FACTS])
+def test_scenario_full_facts(node, scenario, model, topology, links):
+    result = node(scenario)
+    assert result["_rc"] == 0, result
+    assert result["changed"] is False
+    expected = expected_facts(load(scenario))
+    expected.update({"chip_model": model, "topology": topology, "topology_links": links})
+    assert result["npu_info"] == expected
+
+
+def test_alarm_scenario_reports_the_faults(node):
+    info = node("910b_alarm")["npu_info"]
+    assert info["health"] == {"ok": False, "problems": [
+        "NPU 3 chip 0: health Alarm, error 80E18005 (node type=HBMC, sensor type=Memory, "
+        "event state=uncorrectable ECC error)",
+        "NPU 3 chip 0: 2 HBM double-bit ECC errors",
+        "NPU 5 chip 0: health Warning, error 80E01801 (node type=SOC, sensor type=Temperature)",
+    ]}
+    assert info["chips"][3]["ecc"]["hbm_dbe_isolated_pages"] == 2
+
+
+def test_910b_scenario_labels_equal_the_seed(node, tmp_path):
+    """npu_info on the lab's 910B scenario plus node_hw_info on its sysfs tree: the seed's labels."""
+    build_sysfs.build(str(tmp_path / "sys"), "ascend_910b")
+    labels = compute_labels(npu_info=node("910b"), hw_info=collect(str(tmp_path / "sys")))
+    assert labels == {
+        "accelerator": "huawei-ascend", "accelerator-model": "Ascend-910B", "accelerator-memory": "64Gi",
+        "accelerator-count": "8", "accelerator-topology": "hccs-ring", "accelerator-driver-version": "23.0.rc1",
+        "accelerator-cann-version": "7.0.0", "node-type": "gpu-compute", "network.bandwidth": "100Gbps",
+        "storage.local-nvme": "1.8Ti",
+    }
+
+
+@pytest.mark.parametrize("scenario,expected", [
+    ("910a", {"accelerator-model": "Ascend-910A", "accelerator-memory": "32Gi", "accelerator-count": "8",
+              "accelerator-topology": "hccs-partial", "accelerator-cann-version": "5.0.4"}),
+    ("a3", {"accelerator-model": "Ascend-910C", "accelerator-memory": "64Gi", "accelerator-count": "16",
+            "accelerator-topology": "hccs-switch", "accelerator-cann-version": "8.0.0"}),
+])
+def test_other_scenarios_label(node, scenario, expected):
+    labels = compute_labels(npu_info=node(scenario))
+    assert {k: labels[k] for k in expected} == expected
+
+
+def test_check_mode_reads_the_same(node):
+    assert node("910b", check_mode=True)["npu_info"] == node("910b")["npu_info"]
+
+
+def test_npu_smi_missing_is_a_documented_absent_result(node, tmp_path):
+    result = node("910b", npu_smi_path=str(tmp_path / "no-such-npu-smi"))
+    assert result["_rc"] == 0 and result["changed"] is False
+    assert result["npu_info"] == npu_info.empty_result(f"npu-smi not found: {tmp_path / 'no-such-npu-smi'}")
+
+
+def test_npu_smi_not_on_path_is_absent(node, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(npu_info, "SEARCH_DIRS", [str(tmp_path / "sbin")])
+    result = node("910b", npu_smi_path="npu-smi")
+    assert result["npu_info"]["present"] is False
+    assert result["npu_info"]["reason"].startswith("npu-smi not found: npu-smi in PATH or ")
+
+
+def test_driver_not_loaded_fails_naming_the_command(node, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("AI_L1_FAKE_NPU_SCENARIO", str(tmp_path / "absent.json"))
+    with patch_module_args({"npu_smi_path": str(FAKE), "ascend_root": str(tmp_path)}), pytest.raises(SystemExit):
+        npu_info.main()
+    result = json.loads(capsys.readouterr().out)
+    assert result["failed"] is True
+    assert result["msg"].startswith("`npu-smi info` failed with exit code 255: ")
+    assert "dcmi model initialized failed" in result["msg"]
+
+
+GARBLED = [
+    ("info", "910b", "+----\n| garbage\n", 'no "npu-smi <version> Version: <version>" header line'),
+    ("info -m", "910b", "NPU ID  Chip ID  Chip Logic ID  Chip Name\n0 0\n", "expected 4 columns in '0 0'"),
+    ("info -t topo", "910b", "\tNPU0 NPU1\nNPU0 X HCCS\n\n",
+     "matrix is not square: rows ['NPU0'], columns ['NPU0', 'NPU1']"),
+    ("info -t ecc -i 0", "910b", "NPU ID : 0\nChip Count : 1\n\nsomething odd\n",
+     "expected \"key : value\", got 'something odd'"),
+    ("info -t health -i 3 -c 0", "910b_alarm", "Health Status : Degraded\n", "unknown health state 'Degraded'"),
+]
+
+
+@pytest.mark.parametrize("command,scenario,text,reason", GARBLED, ids=[g[0] for g in GARBLED])
+def test_garbled_output_fails_naming_the_command(node, command, scenario, text, reason):
+    sc = copy.deepcopy(load(scenario))
+    sc["garble"] = {command: text}
+    result = node(sc)
+    assert result.get("failed") is True, result
+    assert result["msg"] == f"could not parse the output of `npu-smi {command}`: {reason}"
+    assert "Traceback" not in json.dumps(result)
+
+
+def test_version_files_missing_fall_back_to_npu_smi(node):
+    info = node("910b", versions=False)["npu_info"]
+    assert info["driver_version"] == "23.0.rc1"  # the npu-smi header's Version
+    assert info["firmware_version"] == "7.0.0.5.242"  # the board's Firmware Version
+    assert info["cann_version"] == ""
+
+
+def test_cann_under_new_layout_and_other_arch(tmp_path):
+    root = tmp_path / "Ascend"
+    info = root / "cann" / "aarch64-linux" / "ascend_toolkit_install.info"
+    info.parent.mkdir(parents=True)
+    info.write_text((CAPTURED / "version_files.txt").read_text().split("ascend_toolkit_install.info <==\n")[1])
+    assert npu_info.cann_version(str(root)) == "8.5.0"
+    assert npu_info.cann_version(str(tmp_path / "nowhere")) == ""
+
+
+# ---- parsers on the captured real outputs -------------------------------------------------
+
+
+def captured(name):
+    return (CAPTURED / name).read_text()
+
+
+def test_parser_on_captured_910b3_table():
+    table = npu_smi.parse_info_table(captured("910b3_info.txt"))
+    assert table["npu_smi_version"] == "24.1.rc1.b030" and table["version"] == "24.1.rc1.b030"
+    assert len(table["chips"]) == 8
+    assert table["chips"][0] == {
+        "npu_id": 0, "chip_id": 0, "phy_id": None, "name": "910B3", "health": "OK", "power_w": 101.8,
+        "temperature_c": 43.0, "hugepages": "0 / 0", "bus_id": "0000:C1:00.0", "aicore_percent": 0.0,
+        "memory_used_mb": 0, "memory_total_mb": 0, "hbm_used_mb": 3318, "hbm_total_mb": 65536,
+    }
+    assert [c["bus_id"] for c in table["chips"]][-1] == "0000:42:00.0"
+
+
+def test_parser_on_captured_910a_table():
+    chips = npu_smi.parse_info_table(captured("910a_info.txt"))["chips"]
+    assert [(c["name"], c["memory_total_mb"], c["hbm_total_mb"]) for c in chips] == [
+        ("910A", 15170, 32768), ("910A", 15171, 32768)]
+
+
+def test_parser_on_captured_a3_table():
+    chips = npu_smi.parse_info_table(captured("a3_info.txt"))["chips"]
+    assert [(c["npu_id"], c["chip_id"], c["phy_id"], c["power_w"]) for c in chips] == [
+        (0, 0, 0, 178.5), (0, 1, 1, None), (1, 0, 2, 186.3), (1, 1, 3, None)]
+
+
+def test_parser_on_captured_topo():
+    topo = npu_smi.parse_topo(captured("910b3_info_topo.txt"))
+    assert topo["labels"] == [f"NPU{i}" for i in range(8)]
+    assert topo["cpu_affinity"]["NPU0"] == "144-167" and topo["cpu_affinity"]["NPU7"] == "48-71"
+    assert npu_smi.classify_topology(topo) == "hccs-fullmesh"
+    assert npu_smi.link_counts(topo) == {"HCCS": 28}
+
+
+def test_parser_on_captured_map_and_list():
+    chips = npu_smi.parse_map(captured("910b4_info_m.txt"))
+    assert len(chips) == 16
+    assert chips[0] == {"npu_id": 0, "chip_id": 0, "logic_id": 0, "phy_id": None, "chip_name": "Ascend 910B4"}
+    assert chips[1] == {"npu_id": 0, "chip_id": 1, "logic_id": None, "phy_id": None, "chip_name": "Mcu"}
+    listing = npu_smi.parse_list(captured("910b4_info_l.txt"))
+    assert listing == {"total": 8, "npus": [{"npu_id": n, "chip_count": 1} for n in range(8)]}
+
+
+def test_parser_on_captured_key_value_listings():
+    assert npu_smi.parse_board(captured("910_board.txt")) == {
+        "npu_id": 0, "software_version": "23.0.5", "firmware_version": "7.1.0.7.220", "compatibility": "OK",
+        "pci_device_id": "0xd801", "bus_id": "0000:61:00.0", "chip_count": 1}
+    assert npu_smi.parse_ecc(captured("910_ecc.txt")) == {0: {
+        "hbm_sbe": 0, "hbm_dbe": 0, "hbm_sbe_aggregate": 0, "hbm_dbe_aggregate": 0, "hbm_sbe_isolated_pages": 0,
+        "hbm_dbe_isolated_pages": 0, "ddr_sbe": 0, "ddr_dbe": 0, "ddr_sbe_aggregate": 0, "ddr_dbe_aggregate": 0}}
+    assert npu_smi.parse_usages(captured("910_usages.txt")) == {0: {
+        "hbm_capacity_mb": 32768, "hbm_usage_percent": 0.0, "aicore_usage_percent": 0.0, "ddr_capacity_mb": 13553.0}}
+    ok = {"health": "OK", "error_codes": [], "error_information": ""}
+    assert npu_smi.parse_health(captured("910_health_chip.txt")) == ok
+    assert npu_smi.parse_health(captured("910_health_npu.txt")) == ok
+    assert npu_smi.parse_blocks(captured("910_board_chip.txt"))["header"]["Chip Name"] == "xxx"
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("Health Status : Alarm\nError Code : 80E18005 80C98008\nError Information : HBM\n",
+     {"health": "Alarm", "error_codes": ["80E18005", "80C98008"], "error_information": "HBM"}),
+    ("Health : Critical\nError Code : 80E18005,80C98008\nError Information : NA\n",
+     {"health": "Critical", "error_codes": ["80E18005", "80C98008"], "error_information": ""}),
+])
+def test_parse_health_error_codes(text, expected):
+    assert npu_smi.parse_health(text) == expected
+
+
+@pytest.mark.parametrize("parser,text,message", [
+    (npu_smi.parse_info_table, "", 'no "npu-smi <version> Version: <version>" header line'),
+    (npu_smi.parse_info_table, "| npu-smi 1 Version: 1 |\n| NPU Name | Health | x |\n", "the device table has no rows"),
+    (npu_smi.parse_list, "\tTotal Count : 2\n\n\tNPU ID : 0\n\tChip Count : 1\n", "says 2 NPUs, 1 are listed"),
+    (npu_smi.parse_map, "garbage", "no \"NPU ID  Chip ID"),
+    (npu_smi.parse_topo, "nothing here", 'no "NPU0 NPU1 ..." column header'),
+    (npu_smi.parse_topo, "\tNPU0 NPU1\nNPU0 HCCS HCCS\nNPU1 HCCS X\n", "diagonal is 'HCCS'"),
+    (npu_smi.parse_usages, "NPU ID : 0\nChip Count : 1\n\nChip ID : 0\n", 'no "HBM Capacity(MB)" line'),
+    (npu_smi.parse_board, "Software Version : 1\n", 'no "NPU ID" line'),
+    (npu_smi.parse_kv, "no colon here\n", 'expected "key : value"'),
+])
+def test_parsers_reject_what_they_do_not_understand(parser, text, message):
+    with pytest.raises(npu_smi.NpuSmiParseError, match=None) as exc:
+        parser(text)
+    assert message in str(exc.value)
+
+
+@pytest.mark.parametrize("name,per_npu,family", [
+    ("910B3", 1, "910B"), ("Ascend 910B4", 1, "910B"), ("910B4-1", 1, "910B"), ("910A", 1, "910A"),
+    ("Ascend910", 2, "910C"), ("Ascend 910_9392", 2, "910C"), ("Ascend910", 1, "910"), ("310P3", 1, "310P"),
+    ("Ascend 950PR", 1, "950PR"),
+])
+def test_chip_family(name, per_npu, family):
+    assert npu_smi.chip_family(name, per_npu) == family
+
+
+def test_classify_topology_edge_cases():
+    one = {"labels": ["NPU0"], "links": {}}
+    na = {"labels": ["NPU0", "NPU1"], "links": {("NPU0", "NPU1"): "NA", ("NPU1", "NPU0"): "NA"}}
+    pcie = {"labels": ["NPU0", "NPU1"], "links": {("NPU0", "NPU1"): "PIX", ("NPU1", "NPU0"): "PIX"}}
+    assert [npu_smi.classify_topology(t) for t in (one, na, pcie)] == ["single", "unknown", "pcie"]
