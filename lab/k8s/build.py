@@ -1,0 +1,528 @@
+#!/usr/bin/env python3
+"""Build the lab's Kubernetes supply chain from Go modules, as an air-gapped site would.
+
+    build.py [--only COMPONENT ...] [--jobs N]
+
+Versions come from artifacts/manifest.yml (one source of truth). Each component is a
+small Go module under the cache (never in the repo) that requires the upstream module at
+the pinned version; its binaries land in
+
+    $AI_L1_CACHE/k8s/<component>/<version>/bin      (default AI_L1_CACHE=/var/cache/ai-l1)
+
+next to recipe.sha256 (the recipe the binaries were built from) and timings.json. A
+component whose recipe hash matches is not touched: a warm run does nothing. Archives
+(CNI plugins, etcd) and the control-plane images (podman, localhost/ai-l1-k8s/*) are
+derived from the binaries and cached the same way. The result, per manifest artifact, is
+recorded in $AI_L1_CACHE/k8s/lab-build.json for lab/mirror/mirror.py to publish.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import gzip
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+from artifacts import artifacts as manifestlib  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+CACHE = Path(os.environ.get("AI_L1_CACHE", "/var/cache/ai-l1"))
+K8S_CACHE = CACHE / "k8s"
+BUILD_RECORD = K8S_CACHE / "lab-build.json"
+GOPROXY = os.environ.get("AI_L1_GOPROXY") or os.environ.get("GOPROXY") or "https://proxy.golang.org,direct"
+# Bump when the build logic changes in a way the recipe data below does not show.
+RECIPE_REVISION = 1
+IMAGE_PREFIX = "localhost/ai-l1-k8s"
+ARCH = "amd64"  # the lab builds for this machine only
+# 2000-01-01: file and image timestamps, so rebuilds give the same bytes.
+FIXED_MTIME = 946684800
+DEBIAN_MIRROR = os.environ.get("AI_L1_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+
+
+def log(msg: str) -> None:
+    print(f"k8s-build: {msg}", flush=True)
+
+
+class BuildError(Exception):
+    pass
+
+
+def sha256_file(path: Path) -> str:
+    return manifestlib.sha256_file(path)
+
+
+def digest(obj: object) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
+
+
+@contextlib.contextmanager
+def locked(name: str):
+    """Engineers and CI share this host: one build of a thing at a time."""
+    lock_dir = CACHE / "locks"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with open(lock_dir / f"{name}.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
+def run(cmd: list[str], *, cwd: Path | None = None, env: dict | None = None, logfile: Path | None = None) -> str:
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    if logfile:
+        with open(logfile, "a") as fh:
+            fh.write(f"$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}\n")
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-25:])
+        raise BuildError(f"{' '.join(cmd[:6])}{' ...' if len(cmd) > 6 else ''} exited {proc.returncode}:\n{tail}")
+    return proc.stdout
+
+
+# ---------------------------------------------------------------- Go components
+
+def go_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({
+        "GOMODCACHE": str(CACHE / "go" / "mod"),
+        "GOCACHE": str(CACHE / "go" / "build"),
+        "GOPROXY": GOPROXY,
+        # Never fetch another toolchain: the Go on this machine builds everything, or the
+        # build says which version the module wants.
+        "GOTOOLCHAIN": "local",
+        "GOFLAGS": "-trimpath -buildvcs=false",
+        "CGO_ENABLED": "0",
+        "GOOS": "linux",
+        "GOARCH": ARCH,
+    })
+    return env
+
+
+def go_version() -> str:
+    return run(["go", "env", "GOVERSION"], env=go_env()).strip()
+
+
+@dataclass
+class GoRecipe:
+    component: str
+    version: str
+    # module path -> version required by the build module
+    require: dict[str, str]
+    # binary name -> package path
+    binaries: dict[str, str]
+    ldflags: list[str] = field(default_factory=list)
+    # The upstream module whose go.mod supplies `go`/`godebug` lines and local replaces.
+    main_module: str = ""
+    # Local (./staging/...) replaces of main_module are mapped to this version; "" keeps none.
+    staging_version: str = ""
+    # Files written into the build module (name -> content), e.g. a main package.
+    files: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def root(self) -> Path:
+        return K8S_CACHE / self.component / self.version
+
+    def key(self, gover: str) -> str:
+        return digest({"recipe": asdict(self), "go": gover, "rev": RECIPE_REVISION})
+
+
+def module_info(mod: str, version: str, env: dict) -> dict:
+    out = run(["go", "mod", "download", "-json", f"{mod}@{version}"], env=env)
+    info = json.loads(out)
+    if info.get("Error"):
+        raise BuildError(f"{mod}@{version}: {info['Error']}")
+    meta = json.loads(Path(info["Info"]).read_text())
+    info["Time"] = meta.get("Time", "")
+    info["Commit"] = (meta.get("Origin") or {}).get("Hash", "")
+    return info
+
+
+def go_mod_text(recipe: GoRecipe, upstream_gomod: str) -> str:
+    """The build module's go.mod: upstream's language/godebug lines, requires and replaces.
+
+    k8s.io/kubernetes points its staging modules (k8s.io/api, client-go, ...) at
+    ./staging/src/... with `replace`; replaces of a dependency are ignored, so the build
+    module maps each of them to the published staging version (v1.34.4 -> v0.34.4).
+    """
+    lines = ["// Generated by lab/k8s/build.py; not part of the repository.",
+             f"module ai-l1.lab/build/{recipe.component}", ""]
+    gover = re.search(r"^go\s+(\S+)", upstream_gomod, re.M)
+    lines.append(f"go {gover.group(1) if gover else '1.24'}")
+    lines += [m.group(0) for m in re.finditer(r"^godebug\s+.+$", upstream_gomod, re.M)]
+    lines += ["", "require ("] + [f"\t{m} {v}" for m, v in sorted(recipe.require.items())] + [")"]
+    if recipe.staging_version:
+        local = re.findall(r"^\s*(\S+)\s+=>\s+\./\S+\s*$", upstream_gomod, re.M)
+        if not local:
+            raise BuildError(f"{recipe.main_module}: no local replaces found in its go.mod")
+        lines += ["", "replace ("] + [f"\t{m} => {m} {recipe.staging_version}" for m in sorted(local)] + [")"]
+    return "\n".join(lines) + "\n"
+
+
+def build_go(recipe: GoRecipe, gover: str, jobs: int) -> dict:
+    key = recipe.key(gover)
+    root = recipe.root
+    bindir, stamp = root / "bin", root / "recipe.sha256"
+    outputs = [bindir / name for name in recipe.binaries]
+    if stamp.exists() and stamp.read_text().strip() == key and all(p.exists() for p in outputs):
+        return {"component": recipe.component, "cached": True}
+    env = go_env()
+    src, logfile = root / "src", root / "build.log"
+    src.mkdir(parents=True, exist_ok=True)
+    logfile.write_text("")
+    t0 = time.monotonic()
+    info = module_info(recipe.main_module, recipe.require[recipe.main_module], env)
+    upstream_gomod = Path(info["GoMod"]).read_text()
+    (src / "go.mod").write_text(go_mod_text(recipe, upstream_gomod))
+    (src / "go.sum").unlink(missing_ok=True)
+    for name, content in recipe.files.items():
+        (src / name).write_text(content)
+    # `go get pkg@version` records exactly the go.sum lines these packages need.
+    pkgs = []
+    for pkg in recipe.binaries.values():
+        owner = max((m for m in recipe.require if pkg == m or pkg.startswith(m + "/")), key=len)
+        pkgs.append(f"{pkg}@{recipe.require[owner]}")
+    if pkgs:
+        run(["nice", "-n", "15", "go", "get", *pkgs], cwd=src, env=env, logfile=logfile)
+    fetch_s = time.monotonic() - t0
+    ldflags = " ".join(["-s", "-w", *[f.format(time=info["Time"], commit=info["Commit"]) for f in recipe.ldflags]])
+    staging = root / "bin.new"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    timings = {"fetch_s": round(fetch_s, 1)}
+    for name, pkg in recipe.binaries.items():
+        t1 = time.monotonic()
+        log(f"{recipe.component} {recipe.version}: go build {name}")
+        run(["nice", "-n", "15", "go", "build", "-p", str(jobs), "-o", str(staging / name),
+             "-ldflags", ldflags, pkg], cwd=src, env=env, logfile=logfile)
+        timings[name] = round(time.monotonic() - t1, 1)
+        log(f"{recipe.component}: {name} built in {timings[name]}s")
+    shutil.rmtree(bindir, ignore_errors=True)
+    staging.rename(bindir)
+    timings["total_s"] = round(time.monotonic() - t0, 1)
+    (root / "timings.json").write_text(json.dumps({"go": gover, **timings}, indent=2) + "\n")
+    stamp.write_text(key + "\n")
+    return {"component": recipe.component, "cached": False, **timings}
+
+
+# ---------------------------------------------------------------- recipes from the manifest
+
+def versions(manifest: manifestlib.Manifest) -> dict[str, str]:
+    get = manifest.get
+    k8s = {get(n).version for n in ("kubeadm", "kubelet", "kubectl", "kube-apiserver-image",
+                                    "kube-controller-manager-image", "kube-scheduler-image",
+                                    "kube-proxy-image")}
+    if len(k8s) != 1:
+        raise BuildError(f"the manifest pins more than one Kubernetes version: {sorted(k8s)}")
+    etcd = get("etcd").version
+    etcd_tag = get("etcd-image").version
+    if not etcd_tag.startswith(etcd.lstrip("v") + "-"):
+        raise BuildError(f"etcd-image {etcd_tag} is not a build of etcd {etcd}")
+    return {"kubernetes": k8s.pop(), "etcd": etcd, "etcd_tag": etcd_tag,
+            "coredns": get("coredns-image").version, "pause": get("pause-image").version,
+            "cni": get("cni-plugins").version}
+
+
+def go_recipes(v: dict[str, str]) -> list[GoRecipe]:
+    k8s = v["kubernetes"]
+    major, minor = k8s.lstrip("v").split(".")[:2]
+    kver = []
+    # hack/lib/version.sh sets both packages; kubeadm checks its own version against the
+    # cluster version it deploys, so these must be the real release values.
+    for pkg in ("k8s.io/client-go/pkg/version", "k8s.io/component-base/version"):
+        kver += [f"-X {pkg}.gitVersion={k8s}", f"-X {pkg}.gitMajor={major}", f"-X {pkg}.gitMinor={minor}",
+                 f"-X {pkg}.gitTreeState=clean", f"-X {pkg}.buildDate={{time}}",
+                 f"-X {pkg}.gitCommit={{commit}}"]
+    k8s_cmds = ["kubeadm", "kubelet", "kubectl", "kube-apiserver", "kube-controller-manager",
+                "kube-scheduler", "kube-proxy"]
+    etcd = v["etcd"]
+    cni = v["cni"]
+    cni_plugins = {"bridge": "main/bridge", "host-local": "ipam/host-local", "loopback": "main/loopback",
+                   "portmap": "meta/portmap"}
+    return [
+        GoRecipe("kubernetes", k8s, {"k8s.io/kubernetes": k8s},
+                 {c: f"k8s.io/kubernetes/cmd/{c}" for c in k8s_cmds}, kver,
+                 main_module="k8s.io/kubernetes", staging_version="v0." + k8s.split(".", 1)[1]),
+        GoRecipe("etcd", etcd,
+                 {"go.etcd.io/etcd/server/v3": etcd, "go.etcd.io/etcd/etcdctl/v3": etcd,
+                  "go.etcd.io/etcd/etcdutl/v3": etcd},
+                 {"etcd": "go.etcd.io/etcd/server/v3", "etcdctl": "go.etcd.io/etcd/etcdctl/v3",
+                  "etcdutl": "go.etcd.io/etcd/etcdutl/v3"},
+                 ["-X go.etcd.io/etcd/api/v3/version.GitSHA=module-build"],
+                 main_module="go.etcd.io/etcd/server/v3"),
+        GoRecipe("coredns", v["coredns"], {"github.com/coredns/coredns": v["coredns"]},
+                 {"coredns": "github.com/coredns/coredns"},
+                 ["-X github.com/coredns/coredns/coremain.GitCommit={commit}"],
+                 main_module="github.com/coredns/coredns"),
+        GoRecipe("cni-plugins", cni, {"github.com/containernetworking/plugins": cni},
+                 {n: f"github.com/containernetworking/plugins/plugins/{p}" for n, p in cni_plugins.items()},
+                 [f"-X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion={cni}"],
+                 main_module="github.com/containernetworking/plugins"),
+    ]
+
+
+# ---------------------------------------------------------------- pause (C, static)
+
+def build_pause(v: dict[str, str], k8s_src: Path) -> dict:
+    """kubernetes' own build/pause/linux/pause.c, compiled as its Makefile does."""
+    version = v["pause"]
+    root = K8S_CACHE / "pause" / version
+    source = k8s_src / "build" / "pause" / "linux" / "pause.c"
+    cmd = ["gcc", "-Os", "-Wall", "-Werror", "-static", f"-DVERSION=v{version}", "-o", "pause.new", str(source)]
+    gcc = run(["gcc", "-dumpfullversion"]).strip()
+    key = digest({"cmd": cmd[:-1], "src": sha256_file(source), "gcc": gcc, "rev": RECIPE_REVISION})
+    out, stamp = root / "bin" / "pause", root / "recipe.sha256"
+    if stamp.exists() and stamp.read_text().strip() == key and out.exists():
+        return {"component": "pause", "cached": True}
+    t0 = time.monotonic()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    run(cmd, cwd=out.parent)
+    run(["strip", "pause.new"], cwd=out.parent)
+    (out.parent / "pause.new").rename(out)
+    stamp.write_text(key + "\n")
+    return {"component": "pause", "cached": False, "total_s": round(time.monotonic() - t0, 1)}
+
+
+# ---------------------------------------------------------------- archives
+
+def deterministic_tgz(dest: Path, members: list[tuple[str, Path]], mtime: int) -> None:
+    """Same inputs, same bytes: the lab's checksums stay stable across rebuilds."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT) as tf:
+        for arcname, path in members:
+            ti = tf.gettarinfo(str(path), arcname)
+            ti.uid = ti.gid = 0
+            ti.uname = ti.gname = "root"
+            ti.mtime = mtime
+            ti.mode = 0o755
+            with open(path, "rb") as fh:
+                tf.addfile(ti, fh)
+    tmp = dest.with_name(dest.name + ".partial")
+    with open(tmp, "wb") as out, gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0) as gz:
+        gz.write(raw.getvalue())
+    tmp.replace(dest)
+
+
+def build_archives(v: dict[str, str], recipes: dict[str, GoRecipe]) -> dict[str, Path]:
+    out = {}
+    cni = recipes["cni-plugins"]
+    dest = cni.root / "dist" / f"cni-plugins-linux-{ARCH}-{cni.version}.tgz"
+    out["cni-plugins"] = (dest, [(f"./{n}", cni.root / "bin" / n) for n in sorted(cni.binaries)])
+    etcd = recipes["etcd"]
+    top = f"etcd-{etcd.version}-linux-{ARCH}"
+    dest = etcd.root / "dist" / f"{top}.tar.gz"
+    out["etcd"] = (dest, [(f"{top}/{n}", etcd.root / "bin" / n) for n in ("etcd", "etcdctl", "etcdutl")])
+    result = {}
+    for name, (dest, members) in out.items():
+        key = digest([(a, sha256_file(p)) for a, p in members])
+        stamp = dest.with_name(dest.name + ".recipe")
+        if not (dest.exists() and stamp.exists() and stamp.read_text().strip() == key):
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            deterministic_tgz(dest, members, FIXED_MTIME)
+            stamp.write_text(key + "\n")
+            log(f"archive {dest.name} written")
+        result[name] = dest
+    return result
+
+
+# ---------------------------------------------------------------- images
+
+def podman(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(["podman", *args], capture_output=True, text=True, check=False)
+    if check and proc.returncode != 0:
+        raise BuildError(f"podman {' '.join(args[:4])}: {proc.stderr.strip()[-2000:]}")
+    return proc
+
+
+def image_label(ref: str) -> str:
+    proc = podman("image", "inspect", "--format", '{{ index .Labels "ai-l1.recipe" }}', ref, check=False)
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+KUBE_PROXY_BASE_PACKAGES = ["iptables", "conntrack", "ipset", "kmod"]
+
+
+def ensure_kube_proxy_base() -> str:
+    """Debian minbase with iptables for kube-proxy (upstream uses distroless-iptables)."""
+    script = (HERE / "iptables-wrapper").read_text()
+    key = digest({"suite": "bookworm", "packages": KUBE_PROXY_BASE_PACKAGES, "wrapper": script,
+                  "rev": RECIPE_REVISION})[:12]
+    ref = f"{IMAGE_PREFIX}/kube-proxy-base:{key}"
+    if podman("image", "exists", ref, check=False).returncode == 0:
+        return ref
+    t0 = time.monotonic()
+    log(f"kube-proxy base: debootstrap bookworm minbase + {', '.join(KUBE_PROXY_BASE_PACKAGES)}")
+    work = Path(tempfile.mkdtemp(prefix="ai-l1-kproxy.", dir="/var/tmp"))
+    rootfs = work / "rootfs"
+    try:
+        run(["nice", "-n", "15", "debootstrap", "--variant=minbase",
+             "--include=" + ",".join(KUBE_PROXY_BASE_PACKAGES), "bookworm", str(rootfs), DEBIAN_MIRROR],
+            logfile=work / "debootstrap.log")
+        wrapper = rootfs / "usr" / "sbin" / "iptables-wrapper"
+        wrapper.write_text(script)
+        wrapper.chmod(0o755)
+        # Until the wrapper runs, every iptables* name goes through it (as upstream's image).
+        for name in ("iptables", "iptables-save", "iptables-restore",
+                     "ip6tables", "ip6tables-save", "ip6tables-restore"):
+            link = rootfs / "usr" / "sbin" / name
+            link.unlink(missing_ok=True)
+            link.symlink_to("iptables-wrapper")
+        for junk in ("var/cache/apt", "var/lib/apt/lists", "usr/share/doc", "usr/share/man",
+                     "usr/share/locale", "var/log"):
+            shutil.rmtree(rootfs / junk, ignore_errors=True)
+            (rootfs / junk).mkdir(parents=True, exist_ok=True)
+        tarball = work / "rootfs.tar"
+        run(["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(tarball), "."])
+        podman("import", "--change", 'CMD ["/bin/sh"]', str(tarball), ref)
+    finally:
+        for m in ("proc", "sys", "dev/pts", "dev"):
+            subprocess.run(["umount", "-l", str(rootfs / m)], capture_output=True, check=False)
+        shutil.rmtree(work, ignore_errors=True)
+    log(f"kube-proxy base {ref} in {time.monotonic() - t0:.0f}s")
+    return ref
+
+
+@dataclass
+class ImageRecipe:
+    artifact: str
+    name: str  # repository under IMAGE_PREFIX
+    tag: str
+    files: dict[str, Path]  # path in image -> file on host
+    entrypoint: list[str]
+    base: str = "scratch"
+    user: str = ""
+
+    @property
+    def ref(self) -> str:
+        return f"{IMAGE_PREFIX}/{self.name}:{self.tag}"
+
+
+def build_image(recipe: ImageRecipe) -> dict:
+    lines = [f"FROM {recipe.base}"]
+    for dest in sorted(recipe.files):
+        lines.append(f"COPY rootfs{dest} {dest}")
+    if recipe.base == "scratch":
+        lines.append("COPY rootfs/tmp /tmp")
+    lines.append("ENV PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin")
+    if recipe.user:
+        lines.append(f"USER {recipe.user}")
+    lines.append(f"ENTRYPOINT {json.dumps(recipe.entrypoint)}")
+    containerfile = "\n".join(lines) + "\n"
+    key = digest({"containerfile": containerfile, "base": recipe.base,
+                  "files": {d: sha256_file(p) for d, p in recipe.files.items()}, "rev": RECIPE_REVISION})
+    if image_label(recipe.ref) == key:
+        return {"image": recipe.ref, "cached": True}
+    t0 = time.monotonic()
+    ctx = Path(tempfile.mkdtemp(prefix="ai-l1-img.", dir="/var/tmp"))
+    try:
+        for dest, src in recipe.files.items():
+            target = ctx / "rootfs" / dest.lstrip("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.link(src, target) if os.stat(src).st_dev == os.stat(ctx).st_dev else shutil.copy2(src, target)
+        (ctx / "rootfs" / "tmp").mkdir(parents=True, exist_ok=True)
+        (ctx / "rootfs" / "tmp").chmod(0o1777)
+        (ctx / "Containerfile").write_text(containerfile + f'LABEL ai-l1.recipe="{key}"\n')
+        # A fixed timestamp makes the image (and so its digest) reproducible.
+        podman("build", "--quiet", "--timestamp", str(FIXED_MTIME), "--format", "docker",
+               "-f", str(ctx / "Containerfile"), "-t", recipe.ref, str(ctx))
+    finally:
+        shutil.rmtree(ctx, ignore_errors=True)
+    return {"image": recipe.ref, "cached": False, "total_s": round(time.monotonic() - t0, 1)}
+
+
+def image_recipes(v: dict[str, str], bins: dict[str, Path], kube_proxy_base: str) -> list[ImageRecipe]:
+    k8s = v["kubernetes"]
+    recipes = [ImageRecipe(f"{c}-image", c, k8s, {f"/usr/local/bin/{c}": bins[c]}, [f"/usr/local/bin/{c}"])
+               for c in ("kube-apiserver", "kube-controller-manager", "kube-scheduler")]
+    recipes.append(ImageRecipe("kube-proxy-image", "kube-proxy", k8s, {"/usr/local/bin/kube-proxy": bins["kube-proxy"]},
+                               ["/usr/local/bin/kube-proxy"], base=kube_proxy_base))
+    recipes.append(ImageRecipe("etcd-image", "etcd", v["etcd_tag"],
+                               {f"/usr/local/bin/{b}": bins[b] for b in ("etcd", "etcdctl", "etcdutl")},
+                               ["/usr/local/bin/etcd"]))
+    recipes.append(ImageRecipe("coredns-image", "coredns", v["coredns"], {"/coredns": bins["coredns"]}, ["/coredns"]))
+    recipes.append(ImageRecipe("pause-image", "pause", v["pause"], {"/pause": bins["pause"]}, ["/pause"],
+                               user="65535:65535"))
+    return recipes
+
+
+# ---------------------------------------------------------------- main
+
+def check_tools() -> None:
+    missing = [t for t in ("go", "gcc", "strip", "podman", "debootstrap", "tar") if not shutil.which(t)]
+    if missing:
+        raise BuildError(f"missing tools: {', '.join(missing)} (run `make bootstrap`; Go comes with the machine)")
+    try:
+        urllib.request.urlopen(GOPROXY.split(",")[0].rstrip("/") + "/k8s.io/kubernetes/@v/list", timeout=20)
+    except OSError as exc:
+        if not (K8S_CACHE / "lab-build.json").exists():
+            log(f"warning: Go module proxy {GOPROXY} unreachable ({exc}); only cached modules can build")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", action="append", choices=["kubernetes", "etcd", "coredns", "cni-plugins"],
+                        help="build only these Go components (no images, no record)")
+    parser.add_argument("--jobs", type=int, default=int(os.environ.get("AI_L1_BUILD_JOBS", "2")))
+    args = parser.parse_args(argv)
+    t0 = time.monotonic()
+    try:
+        manifest = manifestlib.load()
+        v = versions(manifest)
+        check_tools()
+        with locked("k8s-build"):
+            gover = go_version()
+            recipes = {r.component: r for r in go_recipes(v)}
+            results = []
+            for name, recipe in recipes.items():
+                if args.only and name not in args.only:
+                    continue
+                results.append(build_go(recipe, gover, args.jobs))
+            if args.only:
+                log(json.dumps(results))
+                return 0
+            k8s_src = Path(module_info("k8s.io/kubernetes", v["kubernetes"], go_env())["Dir"])
+            results.append(build_pause(v, k8s_src))
+            bins = {n: r.root / "bin" / n for r in recipes.values() for n in r.binaries}
+            bins["pause"] = K8S_CACHE / "pause" / v["pause"] / "bin" / "pause"
+            archives = build_archives(v, recipes)
+            base = ensure_kube_proxy_base()
+            images = [(r, build_image(r)) for r in image_recipes(v, bins, base)]
+            record = {"arch": ARCH, "versions": v, "artifacts": {}}
+            for name in ("kubeadm", "kubelet", "kubectl"):
+                record["artifacts"][name] = {"version": v["kubernetes"], "path": str(bins[name])}
+            for name, path in archives.items():
+                record["artifacts"][name] = {"version": manifest.get(name).version, "path": str(path)}
+            for recipe, _ in images:
+                record["artifacts"][recipe.artifact] = {"version": recipe.tag, "image": recipe.ref}
+            missing = set(manifest.artifacts) - set(record["artifacts"])
+            if missing:
+                raise BuildError(f"manifest artifacts with no lab recipe: {', '.join(sorted(missing))}")
+            text = json.dumps(record, indent=2, sort_keys=True) + "\n"
+            if not BUILD_RECORD.exists() or BUILD_RECORD.read_text() != text:
+                BUILD_RECORD.write_text(text)
+    except (BuildError, manifestlib.ManifestError) as exc:
+        log(f"FAILED: {exc}")
+        return 1
+    built = [r for r in results if not r.get("cached")] + [r for _, r in images if not r.get("cached")]
+    for r in built:
+        log(f"built {r.get('component') or r.get('image')}: " +
+            ", ".join(f"{k}={val}" for k, val in r.items() if k not in ("component", "image", "cached")))
+    log(f"{'nothing to do' if not built else f'{len(built)} built'}; {time.monotonic() - t0:.1f}s; "
+        f"record {BUILD_RECORD}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
