@@ -19,8 +19,8 @@ description:
     instances, NVLink state, ECC double- and single-bit counters, remapped rows and retired pages.
   - Classifies the node's GPU interconnect (RV(gpu_info.topology)) from NVML
     (C(nvmlDeviceGetNvLinkRemoteDeviceType) and C(nvmlDeviceGetP2PStatus) with the NVLink index).
-  - Reads recent XID errors from the kernel log (C(NVRM: Xid) lines), because NVML events
-    cannot look back in time, and the NVIDIA fabric manager's systemd state where NVSwitch is present.
+  - "Reads recent XID errors from the kernel log (C(NVRM: Xid) lines), because NVML events
+    cannot look back in time, and the NVIDIA fabric manager's systemd state where NVSwitch is present."
   - On a node without the NVML library or with the kernel driver not loaded it returns
     RV(gpu_info.present=false) with a reason, unless O(required=true).
   - Never changes anything.
@@ -82,7 +82,7 @@ notes:
 seealso:
   - module: ai_platform.l1.node_hw_info
 author:
-  - ai_platform L1 contributors
+  - ai_platform L1 contributors (@ai-platform-l1)
 '''
 
 EXAMPLES = r'''
@@ -227,6 +227,14 @@ gpu_info:
         O(xid_ignore) (also on devices NVML no longer lists), failed NVML queries, and a fabric
         manager that is not running where NVSwitch is present.
       type: dict
+      contains:
+        ok:
+          description: No problem found.
+          type: bool
+        problems:
+          description: One sentence per problem, naming the GPU by index and PCI address.
+          type: list
+          elements: str
       sample: {"ok": false, "problems": ["GPU 0 (00000000:07:00.0): row remapping failed (replace the GPU)"]}
 '''
 
