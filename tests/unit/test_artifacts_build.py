@@ -1,0 +1,142 @@
+"""The lab's build recipes (lab/k8s/build.py) and mirror publishing (lab/mirror/mirror.py),
+without building anything: go.mod generation, version consistency, cache keys, archives."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+from artifacts import artifacts as lib  # noqa: E402
+
+
+def load_module(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+build = load_module("lab_k8s_build", REPO / "lab" / "k8s" / "build.py")
+mirror = load_module("lab_mirror", REPO / "lab" / "mirror" / "mirror.py")
+
+K8S_GOMOD = """\
+module k8s.io/kubernetes
+
+go 1.24.0
+
+godebug default=go1.24
+
+require (
+\tgithub.com/blang/semver/v4 v4.0.0
+\tk8s.io/api v0.0.0
+\tk8s.io/client-go v0.0.0
+)
+
+replace (
+\tk8s.io/api => ./staging/src/k8s.io/api
+\tk8s.io/client-go => ./staging/src/k8s.io/client-go
+)
+"""
+
+
+def k8s_recipe(version: str = "v1.34.4"):
+    versions = build.versions(lib.load())
+    versions["kubernetes"] = version
+    return next(r for r in build.go_recipes(versions) if r.component == "kubernetes")
+
+
+def test_staging_modules_are_replaced_by_their_published_versions():
+    text = build.go_mod_text(k8s_recipe(), K8S_GOMOD)
+    assert "\tk8s.io/api => k8s.io/api v0.34.4" in text
+    assert "\tk8s.io/client-go => k8s.io/client-go v0.34.4" in text
+    assert "\tk8s.io/kubernetes v1.34.4" in text
+    # Upstream's language version and GODEBUG defaults carry over: same runtime behaviour.
+    assert "\ngo 1.24.0\n" in text
+    assert "\ngodebug default=go1.24\n" in text
+    assert "./staging" not in text
+
+
+def test_a_module_without_staging_replaces_is_an_error():
+    with pytest.raises(build.BuildError, match="no local replaces"):
+        build.go_mod_text(k8s_recipe(), "module k8s.io/kubernetes\n\ngo 1.24\n")
+
+
+def test_kubernetes_version_ldflags_match_hack_lib_version():
+    recipe = k8s_recipe("v1.34.4")
+    flags = " ".join(recipe.ldflags)
+    for pkg in ("k8s.io/client-go/pkg/version", "k8s.io/component-base/version"):
+        assert f"-X {pkg}.gitVersion=v1.34.4" in flags
+        assert f"-X {pkg}.gitMajor=1" in flags
+        assert f"-X {pkg}.gitMinor=34" in flags
+        assert f"-X {pkg}.gitTreeState=clean" in flags
+        assert f"-X {pkg}.buildDate={{time}}" in flags
+    assert set(recipe.binaries) == {"kubeadm", "kubelet", "kubectl", "kube-apiserver",
+                                    "kube-controller-manager", "kube-scheduler", "kube-proxy"}
+
+
+def test_recipe_key_changes_with_version_and_go():
+    a, b = k8s_recipe("v1.34.4"), k8s_recipe("v1.34.3")
+    assert a.key("go1.26.8") != b.key("go1.26.8")
+    assert a.key("go1.26.8") != a.key("go1.26.9")
+    assert a.key("go1.26.8") == k8s_recipe("v1.34.4").key("go1.26.8")
+
+
+def test_versions_refuse_two_kubernetes_versions():
+    manifest = lib.load()
+    manifest.get("kubelet").version = "v1.34.3"
+    with pytest.raises(build.BuildError, match="more than one Kubernetes version"):
+        build.versions(manifest)
+
+
+def test_versions_refuse_an_etcd_image_from_another_etcd():
+    manifest = lib.load()
+    manifest.get("etcd-image").version = "3.5.24-0"
+    with pytest.raises(build.BuildError, match="etcd-image 3.5.24-0 is not a build of etcd v3.6.5"):
+        build.versions(manifest)
+
+
+def test_every_manifest_image_has_a_lab_recipe():
+    manifest = lib.load()
+    v = build.versions(manifest)
+    bins = {n: Path("/x") for n in ("kube-apiserver", "kube-controller-manager", "kube-scheduler",
+                                    "kube-proxy", "etcd", "etcdctl", "etcdutl", "coredns", "pause")}
+    recipes = {r.artifact: r for r in build.image_recipes(v, bins, "base")}
+    images = {a.name: a for a in manifest.artifacts.values() if a.is_image}
+    assert set(recipes) == set(images)
+    for name, recipe in recipes.items():
+        # Tagged as `kubeadm config images list` names them, under the local prefix.
+        upstream = lib.render(images[name].template, {"registry_k8s_io": "", "version": images[name].version})
+        assert recipe.ref.endswith(upstream.split("/")[-1]), (recipe.ref, upstream)
+        assert recipe.tag == images[name].version
+
+
+def test_archives_are_byte_for_byte_reproducible(tmp_path):
+    binary = tmp_path / "bridge"
+    binary.write_bytes(b"\x7fELF fake")
+    one, two = tmp_path / "one.tgz", tmp_path / "two.tgz"
+    build.deterministic_tgz(one, [("./bridge", binary)], build.FIXED_MTIME)
+    binary.touch()  # a new mtime on the input must not change the archive
+    build.deterministic_tgz(two, [("./bridge", binary)], build.FIXED_MTIME)
+    assert one.read_bytes() == two.read_bytes()
+    with tarfile.open(one) as tf:
+        [member] = tf.getmembers()
+        assert (member.name, member.mode, member.uid, member.mtime) == ("./bridge", 0o755, 0, build.FIXED_MTIME)
+
+
+def test_publish_file_places_the_file_at_its_upstream_path(tmp_path, monkeypatch):
+    monkeypatch.setattr(mirror, "FILES", tmp_path / "www")
+    src = tmp_path / "kubeadm"
+    src.write_bytes(b"kubeadm")
+    rel = "dl.k8s.io/release/v1.34.4/bin/linux/amd64/kubeadm"
+    sha, changed = mirror.publish_file(src, rel)
+    assert changed and sha == hashlib.sha256(b"kubeadm").hexdigest()
+    assert (tmp_path / "www" / rel).read_bytes() == b"kubeadm"
+    assert mirror.publish_file(src, rel) == (sha, False)  # a second run changes nothing
