@@ -243,3 +243,16 @@ def test_documentation_matches_the_argument_spec():
     documented = {name: {k: v for k, v in opt.items() if k in ('type', 'elements', 'default')}
                   for name, opt in doc['options'].items()}
     assert documented == iv.ARGUMENT_SPEC
+
+
+def test_union_scope_checks_only_the_hosts_that_run_the_role():
+    groups = {**GROUPS, 'storage': ['st1'], 'all': [*GROUPS['all'], 'st1']}
+    hv = {**hostvars(), 'st1': dict(CLUSTER)}  # a storage node does not run common: no NTP servers needed
+    for host in GROUPS['all']:
+        hv[host]['common_hugepages_2m'] = 'x'
+    errors = iv.validate_inventory(groups, hv, role_specs={'common': ('k8s_control_plane:k8s_worker', COMMON_SPEC)})
+    assert errors == [
+        'groups k8s_control_plane, k8s_worker: role common: missing required arguments: common_chrony_servers',
+        "groups k8s_control_plane, k8s_worker: role common: argument 'common_hugepages_2m' is of type str and we "
+        "were unable to convert to int: \"'x'\" cannot be converted to an int",
+    ]

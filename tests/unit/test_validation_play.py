@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -44,7 +45,8 @@ CASES = {
         "(got '1.28.15' on cp1, cp2, cp3, npu1; '1.29.2' on gpu1)"],
     'missing_k8s_version': ['group all: k8s_version is required but not defined'],
     'undefined_template': ["group all: k8s_pod_cidr cannot be templated: 'pod_range' is undefined"],
-    'role_var_missing': ['group all: role common: missing required arguments: common_chrony_servers'],
+    'role_var_missing': [
+        'groups k8s_control_plane, k8s_worker: role common: missing required arguments: common_chrony_servers'],
     'role_var_wrong_type': [
         "host gpu1: role common: argument 'common_hugepages_2m' is of type str and we were unable to convert to int: "
         "\"'lots'\" cannot be converted to an int"],
@@ -58,7 +60,8 @@ CASES = {
 }
 
 
-def run_playbook(playbook, inventory):
+def run_playbook(playbook, inventory, *extra):
+    """Run ansible-playbook with the JSON callback; returns (CompletedProcess, report)."""
     env = {
         **os.environ,
         'ANSIBLE_CONFIG': str(ROOT / 'ansible.cfg'),
@@ -68,11 +71,26 @@ def run_playbook(playbook, inventory):
         'ANSIBLE_FORCE_COLOR': '0',
     }
     bindir = Path(sys.executable).parent
-    proc = subprocess.run([str(bindir / 'ansible-playbook'), str(ROOT / playbook), '-i', str(inventory)],
+    proc = subprocess.run([str(bindir / 'ansible-playbook'), str(ROOT / playbook), '-i', str(inventory), *extra],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
     try:
         report = json.loads(proc.stdout)
     except json.JSONDecodeError:
+        report = None
+    return proc, report
+
+
+@pytest.fixture(scope='module')
+def bad_runs():
+    """One ansible-playbook per bad inventory, a few at a time: each is mostly interpreter start-up."""
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+        futures = {name: pool.submit(run_playbook, 'playbooks/site.yml', BAD / name) for name in CASES}
+        return {name: future.result() for name, future in futures.items()}
+
+
+def checked(run):
+    proc, report = run
+    if report is None:
         pytest.fail(f'ansible-playbook printed no JSON report (rc={proc.returncode}):\n{proc.stdout}\n{proc.stderr}')
     return proc, report
 
@@ -99,8 +117,8 @@ def test_site_starts_with_the_validation_play():
 
 
 @pytest.mark.parametrize('name', sorted(CASES))
-def test_bad_inventory_fails_before_any_host_is_touched(name):
-    proc, report = run_playbook('playbooks/site.yml', BAD / name)
+def test_bad_inventory_fails_before_any_host_is_touched(name, bad_runs):
+    proc, report = checked(bad_runs[name])
     assert proc.returncode == 2, proc.stderr
     result = validation_result(report)
     assert result['failed'] is True
@@ -110,10 +128,17 @@ def test_bad_inventory_fails_before_any_host_is_touched(name):
     assert all(s['ok'] == 0 and s['changed'] == 0 for s in report['stats'].values())
 
 
+def test_limit_does_not_skip_validation():
+    # A play on localhost would be skipped by --limit; the validation play must not be.
+    proc, report = checked(run_playbook('playbooks/site.yml', BAD / 'even_control_plane', '--limit', 'gpu1'))
+    assert proc.returncode == 2, proc.stderr
+    assert validation_result(report)['errors'] == CASES['even_control_plane']
+
+
 @pytest.mark.parametrize(('inventory', 'hosts'), [('inventories/sample', 103), ('inventories/lab', 6)])
 def test_shipped_inventories_pass(inventory, hosts):
     # validate.yml alone: site.yml would go on to configure the hosts.
-    proc, report = run_playbook('playbooks/validate.yml', ROOT / inventory)
+    proc, report = checked(run_playbook('playbooks/validate.yml', ROOT / inventory))
     result = validation_result(report)
     assert proc.returncode == 0, result.get('msg')
     assert result['errors'] == []

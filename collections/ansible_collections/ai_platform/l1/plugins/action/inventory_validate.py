@@ -255,7 +255,7 @@ def check_vars(groups, hostvars, rules):
                 found.extend((host, message, scope) for message in check_value(name, value, rule))
         if rule.get('same_on_all_hosts') and len(seen) > 1:
             detail = '; '.join(f'{value} on {_names(owners)}' for value, owners in seen.items())
-            found.append((f'group {scope}', f'{name} must be the same on every host (got {detail})', None))
+            found.append((_scope_label(scope), f'{name} must be the same on every host (got {detail})', None))
     return found
 
 
@@ -327,7 +327,7 @@ def fold(found, groups):
         elif len(subjects) == 1:
             lines.append(f'host {subjects[0]}: {message}')
         elif len(subjects) > 1 and subjects == list(_scope_hosts(groups, scope)):
-            lines.append(f'group {scope}: {message}')
+            lines.append(f'{_scope_label(scope)}: {message}')
         else:
             lines.append(f'hosts {_names(subjects)}: {message}')
     return lines
@@ -357,7 +357,16 @@ def _all_hosts(groups):
 
 
 def _scope_hosts(groups, scope):
-    return list(groups.get(scope) or [])
+    """Hosts of a group, or of a union of groups written as in a play's hosts: 'a:b'."""
+    hosts = []
+    for group in str(scope).split(':'):
+        hosts.extend(h for h in groups.get(group) or [] if h not in hosts)
+    return hosts
+
+
+def _scope_label(scope):
+    names = str(scope).split(':')
+    return f'group {names[0]}' if len(names) == 1 else f"groups {', '.join(names)}"
 
 
 def _names(hosts):

@@ -53,8 +53,9 @@ options:
   variables:
     description:
       - Variable name to a dict of rules checked on every host the rule applies to.
-      - C(hosts) is the group the rule applies to (default C(all)); C(required) makes the
-        variable mandatory there.
+      - C(hosts) is the group the rule applies to (default C(all)), or a union of groups
+        written as in a play, C(k8s_control_plane:k8s_worker); C(required) makes the variable
+        mandatory there.
       - C(type) is one of C(str), C(int), C(float), C(bool), C(list), C(dict); C(elements)
         types list items.
       - C(choices), C(min), C(max), C(pattern) (a Python regular expression, searched),
@@ -74,7 +75,7 @@ options:
     default: []
   role_argument_specs:
     description:
-      - Role name to the group whose hosts run the role. Each host's variables named in the
+      - Role name to the group (or union of groups, C(a:b)) whose hosts run the role. Each host's variables named in the
         role's C(main) entry point are validated against its C(meta/argument_specs.yml), and
         variables with the role's prefix (C(ROLE_)) that the spec does not know are reported
         as probable typos.
@@ -137,7 +138,7 @@ EXAMPLES = r"""
         disjoint_cidrs:
           - [k8s_pod_cidr, k8s_service_cidr, ansible_host]
         role_argument_specs:
-          common: all
+          common: k8s_control_plane:k8s_worker
         variables:
           k8s_pod_cidr:
             required: true
