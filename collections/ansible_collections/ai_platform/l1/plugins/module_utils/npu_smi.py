@@ -193,7 +193,7 @@ def parse_blocks(text):
     MCU block) are returned under 'trailer'.
     """
     pairs = parse_kv(text)
-    keys = [k for k, _ in pairs]
+    keys = [pair[0] for pair in pairs]
     if 'Chip Count' not in keys:
         return {'header': dict(pairs), 'chips': [], 'trailer': {}}
     split = keys.index('Chip Count') + 1

@@ -33,7 +33,7 @@ attributes:
     support: none
     description: Nothing is changed, so there is no diff.
 author:
-  - ai_platform L1 authors
+  - ai_platform L1 contributors (@ai-platform-l1)
 '''
 
 EXAMPLES = r'''

@@ -55,7 +55,7 @@ notes:
 seealso:
   - module: ai_platform.l1.node_hw_info
 author:
-  - ai_platform L1 authors
+  - ai_platform L1 contributors (@ai-platform-l1)
 '''
 
 EXAMPLES = r'''
