@@ -240,6 +240,14 @@ def test_a3_counts_dies_and_has_no_mig_keys(hw):
     assert not any(k.startswith("accelerator-mig") or k == "accelerator-cuda-version" for k in labels)
 
 
+def test_long_mig_profile_lists_keep_whole_profiles():
+    gpu = copy.deepcopy(A100_GPU_INFO)
+    gpu["gpus"][0]["mig"]["profiles"] = ["%dg.%dgb" % (n, 100 + n) for n in range(1, 12)]
+    value = nl.compute_labels(gpu_info=gpu)["accelerator-mig-profiles"]
+    assert value == "_".join("%dg.%dgb" % (n, 100 + n) for n in range(1, 8))
+    assert len(value) <= 63
+
+
 def test_gpu_without_mig_says_false_and_lists_no_profiles():
     gpu = copy.deepcopy(A100_GPU_INFO)
     for g in gpu["gpus"]:
@@ -304,6 +312,50 @@ def test_missing_versions_leave_keys_out():
 def test_only_standard_keys_come_out(hw):
     labels = nl.compute_labels(gpu_info=A100_GPU_INFO, hw_info=hw["a100"])
     assert set(labels) <= set(nl.STANDARD_KEYS)
+
+
+# ---- with the real gpu_info module on the NVIDIA engineer's fake NVML --------------------
+
+NVML = ROOT / "tests/hardware/nvml"
+GPU_SCENARIOS = {
+    "a100-8x-nvswitch-mig": SEED_A100_VALID,
+    "h100-8x-nvswitch": {"accelerator-model": "H100-SXM-80GB", "accelerator-memory": "80Gi",
+                         "accelerator-topology": "nvlink-fullmesh", "accelerator-mig-enabled": "false",
+                         "accelerator-mig-profiles": "1g.10gb_1g.10gb-me_1g.20gb_2g.20gb_3g.40gb_4g.40gb_7g.80gb"},
+    "l40s-8x-pcie": {"accelerator-model": "L40S-PCIE-48GB", "accelerator-memory": "45Gi",
+                     "accelerator-topology": "pcie", "accelerator-mig-enabled": "false"},
+    "h200-1x-vm": {"accelerator-model": "H200-SXM-141GB", "accelerator-count": "1", "accelerator-topology": "single"},
+}
+
+
+@pytest.fixture(scope="module")
+def fake_nvml():
+    if not (NVML / "build.sh").is_file():
+        pytest.fail("tests/hardware/nvml/build.sh is missing: the fake NVML the GPU label checks run on")
+    proc = subprocess.run(["bash", str(NVML / "build.sh")], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, "building the fake NVML failed (is gcc installed?):\n" + proc.stderr
+    return proc.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("scenario", sorted(GPU_SCENARIOS))
+def test_gpu_info_on_fake_nvml_labels(fake_nvml, hw, tmp_path, scenario):
+    """gpu_info's real output (pynvml on the fake NVML) feeds the label computation unchanged."""
+    args = tmp_path / "args.json"
+    args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {}}))
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT / "collections"), "LD_LIBRARY_PATH": fake_nvml,
+           "AI_L1_FAKE_NVML_SCENARIO": str(NVML / "scenarios" / f"{scenario}.conf"), "LANG": "C.UTF-8"}
+    module = ROOT / "collections/ansible_collections/ai_platform/l1/plugins/modules/gpu_info.py"
+    proc = subprocess.run([sys.executable, str(module), str(args)], capture_output=True, text=True, env=env,
+                          check=False)
+    result = json.loads(proc.stdout)
+    assert result["gpu_info"]["present"] is True, result
+    hw_info = hw["a100"] if scenario.startswith("a100") else None
+    labels = nl.compute_labels(gpu_info=result, hw_info=hw_info)
+    if scenario == "a100-8x-nvswitch-mig":
+        assert labels == SEED_A100_VALID
+    else:
+        assert {k: labels.get(k) for k in GPU_SCENARIOS[scenario]} == GPU_SCENARIOS[scenario]
+    assert all(nl.is_valid_label_value(v) for v in labels.values())
 
 
 # ---- the filter plugin ----------------------------------------------------------------

@@ -23,6 +23,8 @@ Value forms (and how they are rounded):
                             joined with "_" (NVIDIA, MIG-capable GPUs only). The seed writes
                             "1g.10gb,2g.20gb,…" but a comma is not allowed in a Kubernetes label
                             value (the API server rejects the Node update), so "_" separates them.
+                            Profiles that would push the value past 63 characters are left off
+                            (whole profiles, never a cut one).
   accelerator-driver-version  driver version as reported
   accelerator-cuda-version / accelerator-cann-version
   node-type                 the node_type argument
@@ -227,9 +229,15 @@ def _nvidia_labels(gpu_info, gfd_labels):
     }
     if mig_capable:
         profiles = sorted(set(mig_capable[0]['mig'].get('profiles') or []), key=_mig_profile_key)
-        if profiles:
-            labels['accelerator-mig-profiles'] = MIG_PROFILE_SEPARATOR.join(
-                sanitize_label_value(p) for p in profiles)
+        # Whole profiles only: a value cut at 63 characters would name a profile that does not exist.
+        value = ''
+        for profile in (sanitize_label_value(p) for p in profiles):
+            candidate = value + MIG_PROFILE_SEPARATOR + profile if value else profile
+            if len(candidate) > LABEL_VALUE_MAX:
+                break
+            value = candidate
+        if value:
+            labels['accelerator-mig-profiles'] = value
     if gfd_labels:
         labels.update(_gfd_labels(gpu_info, first, bool(mig_capable), mig_enabled))
     return labels
