@@ -195,6 +195,27 @@ def test_npu_smi_not_on_path_is_absent(node, monkeypatch, tmp_path):
     assert result["npu_info"]["reason"].startswith("npu-smi not found: npu-smi in PATH or ")
 
 
+def test_npu_smi_found_on_path(node, monkeypatch, tmp_path):
+    """The default npu_smi_path is looked up in PATH (garbled first command: a quick, telling failure)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "npu-smi").symlink_to(FAKE)
+    monkeypatch.setenv("PATH", f"{bindir}:/usr/bin:/bin")
+    sc = dict(load("910b"), garble={"info": "npu-smi from PATH\n"})
+    result = node(sc, npu_smi_path="npu-smi")
+    assert result["msg"] == ('could not parse the output of `npu-smi info`: '
+                             'no "npu-smi <version> Version: <version>" header line')
+
+
+def test_hanging_npu_smi_times_out(node, tmp_path):
+    hang = tmp_path / "npu-smi"
+    hang.write_text("#!/bin/sh\nexec sleep 30\n")
+    hang.chmod(0o755)
+    result = node("910b", npu_smi_path=str(hang), timeout=1)
+    assert result["failed"] is True
+    assert result["msg"] == "`npu-smi info` did not finish within 1 seconds"
+
+
 def test_driver_not_loaded_fails_naming_the_command(node, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("AI_L1_FAKE_NPU_SCENARIO", str(tmp_path / "absent.json"))
     with patch_module_args({"npu_smi_path": str(FAKE), "ascend_root": str(tmp_path)}), pytest.raises(SystemExit):
