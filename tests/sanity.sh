@@ -36,4 +36,6 @@ PY
 fi
 
 cd "$root/collections/ansible_collections/ai_platform/l1"
-exec ansible-test sanity --venv --python 3.11 --color no "$@"
+# ansible-test shares its venvs under ~/.ansible/test: concurrent runs would corrupt them.
+mkdir -p ~/.ansible/test
+exec flock ~/.ansible/test/.ai-l1-sanity.lock ansible-test sanity --venv --python 3.11 --color no "$@"
