@@ -140,6 +140,14 @@ def ensure_image() -> str:
                       check=False).stdout.strip()
         if have != current:
             podman("tag", ref, f"{IMAGE_REPO}:current")
+            # Older recipes' tarballs and images (unless a container still uses one).
+            for old in (CACHE_DIR / "images").glob("ai-l1-node-*.tar"):
+                if old.name != f"ai-l1-node-{tag}.tar":
+                    old.unlink()
+            tags = podman("images", "--format", "{{.Repository}}:{{.Tag}}", IMAGE_REPO).stdout
+            for old_ref in tags.split():
+                if old_ref not in (ref, f"{IMAGE_REPO}:current"):
+                    podman("rmi", old_ref, check=False)
     return ref
 
 

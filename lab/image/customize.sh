@@ -20,7 +20,7 @@ ExecStartPre=
 ExecStartPre=/usr/bin/ssh-keygen -A
 ExecStartPre=/usr/sbin/sshd -t
 CONF
-systemctl enable ssh.service
+systemctl enable ssh.service 2>/dev/null
 install -d -m 0700 /root/.ssh
 
 # Units that make no sense in a container (no consoles, no udev: /sys and /dev belong
@@ -31,7 +31,7 @@ systemctl mask \
   systemd-udev-trigger.service systemd-udev-settle.service \
   systemd-firstboot.service systemd-hwdb-update.service \
   sys-kernel-config.mount sys-kernel-debug.mount sys-kernel-tracing.mount \
-  systemd-networkd-wait-online.service apt-daily.timer apt-daily-upgrade.timer
+  systemd-networkd-wait-online.service apt-daily.timer apt-daily-upgrade.timer 2>/dev/null
 
 # A unique machine-id per container: systemd creates it at first boot when empty.
 : > /etc/machine-id
@@ -42,4 +42,7 @@ echo 'LANG=C.UTF-8' > /etc/default/locale
 apt-get clean
 rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/cache/debconf/*-old \
        /usr/share/doc/* /usr/share/man/* /usr/share/info/* /var/log/*.log \
-       /var/log/apt/* /tmp/* /root/.bash_history
+       /var/log/apt/* /tmp/* /root/.bash_history /var/lib/apt/periodic/*
+# The package index is gone, so it must not look fresh: apt's cache_valid_time (Ansible's
+# apt module) reads the lists directory's mtime when there is no update stamp.
+touch -d @0 /var/lib/apt/lists
