@@ -4,6 +4,7 @@ collection's galaxy.yml declares the same dependencies."""
 import json
 from pathlib import Path
 
+import ansible_collections  # namespace package: the `ansible` bundle installs collections into it
 import pytest
 import yaml
 from ansible.galaxy.dependency_resolution.versioning import meets_requirements
@@ -15,8 +16,6 @@ GALAXY = yaml.safe_load((ROOT / "collections/ansible_collections/ai_platform/l1/
 
 def installed_version(fqcn: str) -> str:
     """Version of a collection as installed by the pinned `ansible` package (its MANIFEST.json)."""
-    import ansible_collections  # the namespace package the `ansible` bundle installs into
-
     namespace, name = fqcn.split(".")
     for base in ansible_collections.__path__:
         manifest = Path(base) / namespace / name / "MANIFEST.json"
