@@ -24,7 +24,7 @@ def _key_problem(key):
     """Why key is not a valid Kubernetes label key, or None."""
     if not isinstance(key, str) or not key:
         return 'empty or not a string'
-    prefix, _, name = key.rpartition('/')
+    prefix, name = key.rpartition('/')[::2]
     if '/' in key and (not prefix or len(prefix) > 253
                        or not all(_DNS_LABEL_RE.match(p) for p in prefix.split('.'))):
         return 'prefix %r is not a DNS subdomain' % prefix
