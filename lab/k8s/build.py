@@ -409,13 +409,28 @@ class ImageRecipe:
         return f"{IMAGE_PREFIX}/{self.name}:{self.tag}"
 
 
+def rootfs_tar(dest: Path, recipe: ImageRecipe) -> None:
+    """The image's files as one layer, with exact modes (COPY cannot make a 1777 /tmp)."""
+    with tarfile.open(dest, "w", format=tarfile.GNU_FORMAT) as tf:
+        def add_dir(name: str, mode: int) -> None:
+            ti = tarfile.TarInfo(name)
+            ti.type, ti.mode, ti.mtime = tarfile.DIRTYPE, mode, FIXED_MTIME
+            tf.addfile(ti)
+        parents = {Path(f.lstrip("/")).parent for f in recipe.files}
+        for name in sorted({str(p) for q in parents for p in [q, *q.parents] if str(p) != "."}):
+            add_dir(name, 0o755)
+        if recipe.base == "scratch":
+            add_dir("tmp", 0o1777)
+        for dest_path, src in sorted(recipe.files.items()):
+            ti = tarfile.TarInfo(dest_path.lstrip("/"))
+            ti.size, ti.mode, ti.mtime = src.stat().st_size, 0o755, FIXED_MTIME
+            with open(src, "rb") as fh:
+                tf.addfile(ti, fh)
+
+
 def build_image(recipe: ImageRecipe) -> dict:
-    lines = [f"FROM {recipe.base}"]
-    for dest in sorted(recipe.files):
-        lines.append(f"COPY rootfs{dest} {dest}")
-    if recipe.base == "scratch":
-        lines.append("COPY rootfs/tmp /tmp")
-    lines.append("ENV PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin")
+    lines = [f"FROM {recipe.base}", "ADD rootfs.tar /",
+             "ENV PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin"]
     if recipe.user:
         lines.append(f"USER {recipe.user}")
     lines.append(f"ENTRYPOINT {json.dumps(recipe.entrypoint)}")
@@ -425,20 +440,19 @@ def build_image(recipe: ImageRecipe) -> dict:
     if image_label(recipe.ref) == key:
         return {"image": recipe.ref, "cached": True}
     t0 = time.monotonic()
+    old = podman("image", "inspect", "--format", "{{.Id}}", recipe.ref, check=False).stdout.strip()
     ctx = Path(tempfile.mkdtemp(prefix="ai-l1-img.", dir="/var/tmp"))
     try:
-        for dest, src in recipe.files.items():
-            target = ctx / "rootfs" / dest.lstrip("/")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.link(src, target) if os.stat(src).st_dev == os.stat(ctx).st_dev else shutil.copy2(src, target)
-        (ctx / "rootfs" / "tmp").mkdir(parents=True, exist_ok=True)
-        (ctx / "rootfs" / "tmp").chmod(0o1777)
+        rootfs_tar(ctx / "rootfs.tar", recipe)
         (ctx / "Containerfile").write_text(containerfile + f'LABEL ai-l1.recipe="{key}"\n')
         # A fixed timestamp makes the image (and so its digest) reproducible.
         podman("build", "--quiet", "--timestamp", str(FIXED_MTIME), "--format", "docker",
                "-f", str(ctx / "Containerfile"), "-t", recipe.ref, str(ctx))
     finally:
         shutil.rmtree(ctx, ignore_errors=True)
+    if old:
+        # Our superseded build only (by ID); never a prune, which would take others' images.
+        podman("rmi", old, check=False)
     return {"image": recipe.ref, "cached": False, "total_s": round(time.monotonic() - t0, 1)}
 
 

@@ -334,7 +334,26 @@ def cmd_status() -> int:
             what = entry["url"].replace(files_url(), files_url(HOST))
         ok &= not bad
         log(f"{'ok  ' if not bad else 'BAD '} {entry['name']:<30} {what}")
+    ok &= kubeadm_images_served(manifest)
     return 0 if ok else 1
+
+
+def kubeadm_images_served(manifest: manifestlib.Manifest) -> bool:
+    """What kubeadm itself will pull with imageRepository=<mirror> must be in the registry."""
+    record = json.loads(BUILD_RECORD.read_text())
+    kubeadm = record["artifacts"]["kubeadm"]["path"]
+    version = manifest.get("kubeadm").version
+    proc = subprocess.run([kubeadm, "config", "images", "list", "--kubernetes-version", version,
+                           "--image-repository", registry_addr()], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        log(f"BAD  kubeadm config images list: {proc.stderr.strip()}")
+        return False
+    ok = True
+    for ref in proc.stdout.split():
+        served = registry_digest(ref.split("/", 1)[1]) is not None
+        ok &= served
+        log(f"{'ok  ' if served else 'BAD '} kubeadm wants {ref.replace(registry_addr(), registry_addr(HOST))}")
+    return ok
 
 
 def main(argv: list[str] | None = None) -> int:
