@@ -345,6 +345,13 @@ def _download(url: str, dest: Path, sha: str) -> None:
     tmp.replace(dest)
 
 
+def repository(image: str) -> str:
+    """An image reference without its tag or digest."""
+    image = image.split("@", 1)[0]
+    head, _, tail = image.rpartition(":")
+    return head if head and "/" not in tail else image
+
+
 def _podman(*args: str) -> str:
     proc = subprocess.run(["podman", *args], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
@@ -366,15 +373,12 @@ def bundle(manifest: Manifest, arch: str, out: Path, *, files_mirror: str | None
     out.mkdir(parents=True, exist_ok=True)
     for entry in entries:
         if entry["kind"] == "image":
-            ref = entry["image"]
-            pull = ["pull", "--quiet", f"--arch={arch}"]
+            # Pulled by digest: the registry and podman check the content is the pinned one.
+            ref = f"{repository(entry['image'])}@{entry['sha256']}"
+            pull = ["pull", "--quiet"]
             if insecure:
                 pull.append("--tls-verify=false")
             _podman(*pull, ref)
-            digest = _podman("image", "inspect", "--format", "{{.Digest}}", ref)
-            if digest != entry["sha256"]:
-                raise ManifestError(f"artifact '{entry['name']}': {ref} has digest {digest}, "
-                                    f"the manifest says {entry['sha256']}")
             # Saved under the upstream names, so a site loads them and re-tags for its registry.
             up = upstream_entries[entry["name"]]
             names = [up["image"], *up["aliases"]]
@@ -383,7 +387,11 @@ def bundle(manifest: Manifest, arch: str, out: Path, *, files_mirror: str | None
             dest = out / "images" / f"{entry['name']}.tar"
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.unlink(missing_ok=True)
-            _podman("save", "--format", "docker-archive", "-m", "-o", str(dest), *names)
+            try:
+                _podman("save", "--format", "docker-archive", "-m", "-o", str(dest), *names)
+            finally:
+                # The upstream names were only for the archive: leave the local store as it was.
+                _podman("untag", ref, *names)
             entry["bundle_path"] = str(dest.relative_to(out))
         else:
             dest = out / "files" / entry["mirror_path"]

@@ -311,3 +311,13 @@ def test_bundle_refuses_before_downloading_when_a_checksum_is_missing(tmp_path):
     with pytest.raises(lib.ManifestError, match="tool-image"):
         lib.bundle(lib.parse(doc()), "arm64", tmp_path / "bundle", files_mirror="http://127.0.0.1:9")
     assert not (tmp_path / "bundle").exists()
+
+
+@pytest.mark.parametrize(("image", "repo"), [
+    ("registry.k8s.io/kube-apiserver:v1.34.4", "registry.k8s.io/kube-apiserver"),
+    ("10.89.100.1:5000/coredns/coredns:v1.12.1", "10.89.100.1:5000/coredns/coredns"),
+    ("10.89.100.1:5000/pause", "10.89.100.1:5000/pause"),
+    ("127.0.0.1:5000/etcd@sha256:" + SHA_A, "127.0.0.1:5000/etcd"),
+])
+def test_repository_strips_tag_and_digest_but_not_the_port(image, repo):
+    assert lib.repository(image) == repo
