@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 import yaml
 
 MANIFEST = Path(__file__).resolve().parent / "manifest.yml"
-KINDS_FILE = ("binary", "archive")
+KINDS_FILE = ("binary", "archive", "file")
 KINDS = (*KINDS_FILE, "image")
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")

@@ -257,7 +257,10 @@ def publish(manifest: manifestlib.Manifest, record: dict) -> dict:
     state = json.loads(STATE.read_text()) if STATE.exists() else {}
     overlay = {"artifacts": {}}
     changed = []
+    not_built = record.get("not_built", {})
     for name, art in manifest.artifacts.items():
+        if name in not_built:
+            continue
         built = record["artifacts"].get(name)
         if not built or built["version"] != art.version:
             raise MirrorError(f"artifact '{name}' {art.version}: not built for this version; "
@@ -322,8 +325,12 @@ def cmd_status() -> int:
         log(f"no overlay at {OVERLAY}: run mirror.py up")
         return 1
     manifest = manifestlib.load(overlay=OVERLAY)
-    arch = json.loads(BUILD_RECORD.read_text())["arch"]
-    for entry in manifestlib.resolve(manifest, arch, files_mirror=files_url(), images_mirror="mirror.invalid"):
+    record = json.loads(BUILD_RECORD.read_text())
+    for name, why in sorted(record.get("not_built", {}).items()):
+        log(f"--   {name:<30} not built for the lab: {why}")
+    names = [n for n in manifest.artifacts if n not in record.get("not_built", {})]
+    for entry in manifestlib.resolve(manifest, record["arch"], files_mirror=files_url(),
+                                     images_mirror="mirror.invalid", names=names):
         if entry["kind"] == "image":
             refs = [r.split("/", 1)[1] for r in [entry["image"], *entry["aliases"]]]
             bad = [r for r in refs if registry_digest(r) != entry["sha256"]]

@@ -140,7 +140,7 @@ def test_image_must_start_with_an_images_base():
 
 
 @pytest.mark.parametrize(("fields", "expected"), [
-    ({"kind": "rpm"}, "kind must be one of binary, archive, image"),
+    ({"kind": "rpm"}, "kind must be one of binary, archive, file, image"),
     ({"version": 3.10}, "version must be a non-empty string"),
     ({"sha256": {"amd64": "ABC"}}, "must be <64 lowercase hex>"),
     ({"sha256": {"amd64": "sha256:" + SHA_A}}, "must be <64 lowercase hex>"),
