@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import socket
 import sys
 import tarfile
 from pathlib import Path
@@ -147,3 +148,26 @@ def test_the_lab_skips_only_what_it_says_it_skips():
     """Everything else in the manifest must be built; calico is production-only."""
     skipped = [n for n in lib.load().artifacts if any(n.startswith(p) for p in build.NOT_BUILT)]
     assert skipped == ["calico-manifest", "calico-node-image", "calico-cni-image", "calico-kube-controllers-image"]
+
+
+def test_files_service_is_idempotent_and_stops(tmp_path, monkeypatch):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setattr(mirror, "FILES", tmp_path / "www")
+    monkeypatch.setattr(mirror, "RUN", tmp_path / "run")
+    monkeypatch.setattr(mirror, "FILES_PORT", port)
+    monkeypatch.setattr(mirror, "LISTEN", "127.0.0.1")
+    (tmp_path / "www").mkdir()
+    (tmp_path / "www" / "hello").write_text("hi")
+    svc = next(s for s in mirror.services() if s.name == "files")
+    try:
+        assert svc.start() is True
+        assert svc.healthy()
+        assert svc.start() is False  # already running: nothing to do
+        with mirror.urllib.request.urlopen(f"http://127.0.0.1:{port}/hello", timeout=5) as resp:
+            assert resp.read() == b"hi"
+    finally:
+        svc.stop()
+    assert svc.pid() is None
+    assert not svc.healthy()
