@@ -158,6 +158,8 @@ class Service:
             return False
         os.kill(pid, signal.SIGTERM)
         for _ in range(50):
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)  # reap it when we started it in this process
             if not Path(f"/proc/{pid}").exists():
                 break
             time.sleep(0.1)
