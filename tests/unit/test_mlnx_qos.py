@@ -1,0 +1,190 @@
+"""ai_platform.l1.mlnx_qos: parser table-tested on captured outputs, module run against the fake tool.
+
+The module runs in-process (AnsibleModule reads its arguments as a task passes them) and calls
+tests/hardware/nic/mlnx_qos_fake.py as its mlnx_qos, which keeps port state in a JSON file.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+from ansible_collections.ai_platform.l1.plugins.module_utils import mlnx_qos as qos
+from ansible_collections.ai_platform.l1.plugins.modules import mlnx_qos
+
+ROOT = Path(__file__).resolve().parents[2]
+NIC = ROOT / "tests/hardware/nic"
+FAKE = NIC / "mlnx_qos_fake.py"
+CAPTURED = NIC / "captured"
+IDENT = {d: d // 8 for d in range(64)}
+SEED_PFC = [0, 0, 0, 1, 0, 0, 0, 0]
+
+# file -> expected parse (trust, pfc, prio_tc, tsa, tcbw, dscp2prio)
+CAPTURES = {
+    "ofed-4.2-ets-strict.txt": dict(
+        trust="dscp", pfc=[1, 0, 1, 0, 0, 0, 1, 1], prio_tc=[1, 0, 2, 3, 4, 5, 6, 7],
+        tsa=["ets"] * 6 + ["strict", "ets"], tcbw=[10] * 6 + [0, 40], dscp2prio=IDENT),
+    "ofed-4.x-vendor-netarbiter.txt": dict(
+        trust="dscp", pfc=SEED_PFC, prio_tc=[1, 0, 2, 3, 4, 5, 6, 7],
+        tsa=["vendor"] * 8, tcbw=[0] * 8, dscp2prio=IDENT),
+    "ofed-5.x-buffers-pcp.txt": dict(
+        trust="pcp", pfc=[0] * 8, prio_tc=[1, 0, 2, 3, 4, 5, 6, 7],
+        tsa=["vendor"] * 8, tcbw=[0] * 8, dscp2prio={}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CAPTURES))
+def test_parse_captured(name):
+    state = qos.parse((CAPTURED / name).read_text())
+    for key, value in CAPTURES[name].items():
+        assert state[key] == value, key
+    assert state["dcbx"] == "OS controlled"
+
+
+def test_every_capture_is_in_the_table():
+    files = {p.name for p in CAPTURED.glob("*.txt")} - {"garbage-no-pfc.txt"}
+    assert files == set(CAPTURES)
+
+
+@pytest.mark.parametrize("text, match", [
+    ((CAPTURED / "garbage-no-pfc.txt").read_text(), "no PFC table"),
+    ("PFC configuration:\n\tpriority 0 1 2 3 4 5 6 7\n\tenabled 0 0 0 1 0 0 0 0\n", "no traffic class"),
+    ("\tpriority 0 1 2 3 4 5 6 7\n\tenabled 0 0 0 1 0 0 0 0\ntc: 0 ratelimit: unlimited, tsa: vendor\n"
+     "\t priority:  0 1 2\n", r"priorities \[3, 4, 5, 6, 7\] are not assigned"),
+    ("", "no PFC table"),
+])
+def test_parse_refuses(text, match):
+    with pytest.raises(qos.MlnxQosError, match=match):
+        qos.parse(text)
+
+
+@pytest.fixture
+def port(tmp_path, monkeypatch):
+    state = tmp_path / "mlnx_qos.json"
+    monkeypatch.setenv("AI_L1_FAKE_MLNX_QOS_STATE", str(state))
+    subprocess.run([sys.executable, str(FAKE), "--init", "ens1f0", "ens1f1"], check=True)
+    return state
+
+
+@pytest.fixture
+def run(capsys, port):
+    def _run(check_mode=False, diff=True, **args):
+        args = dict({"interface": "ens1f0", "mlnx_qos_path": str(FAKE)}, **args)
+        if check_mode:
+            args["_ansible_check_mode"] = True
+        args["_ansible_diff"] = diff
+        with patch_module_args(args), pytest.raises(SystemExit) as exc:
+            mlnx_qos.main()
+        result = json.loads(capsys.readouterr().out)
+        result["_rc"] = exc.value.code
+        return result
+    return _run
+
+
+SEED = dict(trust="dscp", pfc=SEED_PFC, dscp2prio=[{"dscp": 26, "priority": 3}])
+
+
+def test_fake_output_parses_like_the_5x_capture(port):
+    """The fake's factory state prints what the 5.x capture shows, so the module sees a real layout."""
+    out = subprocess.run([sys.executable, str(FAKE), "-i", "ens1f0"], capture_output=True, text=True, check=True)
+    fake = qos.parse(out.stdout)
+    real = qos.parse((CAPTURED / "ofed-5.x-buffers-pcp.txt").read_text())
+    assert {k: v for k, v in fake.items() if k != "dscp2prio"} == {k: v for k, v in real.items() if k != "dscp2prio"}
+
+
+def test_seed_settings_fresh_then_idempotent(run, port):
+    first = run(**SEED)
+    assert first["_rc"] == 0, first
+    assert first["changed"] is True
+    assert "pfc priority 3: off -> on" in first["changes"]
+    assert "trust: pcp -> dscp" in first["changes"]
+    assert first["state"]["pfc"] == SEED_PFC and first["state"]["trust"] == "dscp"
+    assert first["diff"]["after"]["pfc"]["priority 3"] == "on"
+    stored = json.loads(port.read_text())["ens1f0"]
+    assert stored["pfc"] == SEED_PFC and stored["trust"] == "dscp"
+    assert json.loads(port.read_text())["ens1f1"]["pfc"] == [0] * 8  # other port untouched
+
+    second = run(**SEED)
+    assert second["changed"] is False
+    assert second["changes"] == [] and second["commands"] == []
+    assert second["diff"]["before"] == second["diff"]["after"]
+
+
+def test_check_mode_reports_and_changes_nothing(run, port):
+    before = port.read_text()
+    result = run(check_mode=True, **SEED)
+    assert result["changed"] is True
+    assert result["state"]["pfc"] == SEED_PFC
+    assert any("--pfc 0,0,0,1,0,0,0,0" in c for c in result["commands"])
+    assert port.read_text() == before
+
+
+def test_drift_names_exactly_the_priority(run, port):
+    assert run(pfc=[0, 0, 0, 1, 1, 0, 0, 0])["changed"]
+    # Someone turns PFC of priority 4 off by hand.
+    subprocess.run([sys.executable, str(FAKE), "-i", "ens1f0", "--pfc", "0,0,0,1,0,0,0,0"],
+                   check=True, capture_output=True)
+    result = run(pfc=[0, 0, 0, 1, 1, 0, 0, 0])
+    assert result["changed"] is True
+    assert result["changes"] == ["pfc priority 4: off -> on"]
+    before, after = result["diff"]["before"]["pfc"], result["diff"]["after"]["pfc"]
+    assert [k for k in before if before[k] != after[k]] == ["priority 4"]
+    assert not run(pfc=[0, 0, 0, 1, 1, 0, 0, 0])["changed"]
+
+
+def test_ets_and_prio_tc(run, port):
+    args = dict(prio_tc=[0, 0, 0, 3, 0, 0, 0, 0], tsa=["ets"] * 8, tcbw=[50, 0, 0, 50, 0, 0, 0, 0])
+    first = run(**args)
+    assert first["changed"], first
+    assert "tc 3: bw 0% -> 50%" in first["changes"]
+    assert first["state"]["prio_tc"] == args["prio_tc"]
+    assert not run(**args)["changed"]
+
+
+@pytest.mark.parametrize("args, match", [
+    (dict(pfc=[0, 0, 0, 1]), "pfc must be a list of 8"),
+    (dict(pfc=[0, 0, 0, 2, 0, 0, 0, 0]), r"pfc\[3\] is 2"),
+    (dict(prio_tc=[0, 0, 0, 8, 0, 0, 0, 0]), r"prio_tc\[3\] is 8"),
+    (dict(trust="dscp", dscp2prio=[{"dscp": 26, "priority": 9}]), "priority for dscp 26 must be 0..7"),
+    (dict(trust="dscp", dscp2prio=[{"dscp": 64, "priority": 3}]), "dscp must be 0..63"),
+    (dict(dscp2prio=[{"dscp": 26, "priority": 3}]), "needs trust: dscp"),
+    (dict(tsa=["ets"] * 8, tcbw=[10] * 8), "add up to 100"),
+    (dict(tsa=["fair"] * 8), "tsa must be"),
+])
+def test_bad_input_refused_before_anything_runs(run, port, args, match, tmp_path):
+    # A tool that records being run: validation must fail before it is called.
+    marker = tmp_path / "ran"
+    tool = tmp_path / "mlnx_qos"
+    tool.write_text("#!/bin/sh\ntouch %s\nexit 1\n" % marker)
+    tool.chmod(0o755)
+    result = run(mlnx_qos_path=str(tool), **args)
+    assert result["_rc"] == 1 and result["failed"]
+    assert "invalid QoS settings" in result["msg"]
+    assert __import__("re").search(match, result["msg"]), result["msg"]
+    assert not marker.exists()
+
+
+def test_unknown_interface(run):
+    result = run(interface="ens9f9", **SEED)
+    assert result["failed"]
+    assert "ens9f9" in result["msg"] and "rc 1" in result["msg"]
+
+
+def test_unparseable_output(run, tmp_path):
+    tool = tmp_path / "mlnx_qos"
+    tool.write_text("#!/bin/sh\ncat %s\n" % (CAPTURED / "garbage-no-pfc.txt"))
+    tool.chmod(0o755)
+    result = run(mlnx_qos_path=str(tool), **SEED)
+    assert result["failed"]
+    assert "cannot parse the output of mlnx_qos -i ens1f0" in result["msg"]
+
+
+def test_tool_that_ignores_the_set_is_reported(run, tmp_path):
+    tool = tmp_path / "mlnx_qos"
+    tool.write_text("#!/bin/sh\ncat %s\n" % (CAPTURED / "ofed-5.x-buffers-pcp.txt"))
+    tool.chmod(0o755)
+    result = run(mlnx_qos_path=str(tool), pfc=SEED_PFC)
+    assert result["failed"]
+    assert "did not take: pfc priority 3: off -> on" in result["msg"]
