@@ -1,0 +1,109 @@
+"""Node Problem Detector GPU plugin (monitoring/npd/) against the fake NVML scenarios
+(tests/hardware/nvml, loaded through LD_LIBRARY_PATH as tests/unit/test_gpu_info.py does)
+and the captured kernel log: exit codes 0 OK, 1 problem, 2 unknown."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+NPD = ROOT / "monitoring" / "npd"
+CHECK = NPD / "check_gpu.py"
+NVML_DIR = ROOT / "tests" / "hardware" / "nvml"
+SCENARIOS = NVML_DIR / "scenarios"
+KERN_LOG = SCENARIOS / "a100-pcie-2x-xid79.kern.log"
+
+
+@pytest.fixture(scope="module")
+def fake_nvml_dir():
+    if shutil.which("gcc") is None:
+        pytest.fail("gcc is missing: it is needed to build the fake libnvidia-ml.so.1 (apt-get install gcc)")
+    proc = subprocess.run(["bash", str(NVML_DIR / "build.sh")], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, "building the fake NVML failed:\n" + proc.stderr
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def check(lib_dir, scenario, *args, path=None):
+    env = {"PATH": path or os.environ["PATH"], "LD_LIBRARY_PATH": str(lib_dir),
+           "AI_L1_FAKE_NVML_SCENARIO": str(SCENARIOS / scenario)}
+    proc = subprocess.run([sys.executable, str(CHECK), *args], capture_output=True, text=True, env=env,
+                          check=False, timeout=30)
+    return proc.returncode, proc.stdout.strip()
+
+
+@pytest.mark.parametrize(("scenario", "rc", "message"), [
+    ("a100-pcie-2x-xid79.conf", 1, "GPU 0 DBE ECC 2"),
+    ("a100-8x-nvswitch-mig.conf", 0, "no XID or double-bit ECC"),
+    ("h200-1x-vm.conf", 0, "no XID or double-bit ECC"),
+    ("l40s-8x-pcie.conf", 0, "no XID or double-bit ECC"),
+    ("garbled-2x.conf", 1, "GPU 1 lost"),           # ECC NOT_SUPPORTED is no problem; a lost GPU is
+    ("no-driver.conf", 2, "NVML init failed"),
+])
+def test_ecc(fake_nvml_dir, scenario, rc, message):
+    got_rc, out = check(fake_nvml_dir, scenario, "--check", "ecc")
+    assert (got_rc, message in out) == (rc, True), out
+
+
+def test_xid_from_kernel_log(fake_nvml_dir):
+    rc, out = check(fake_nvml_dir, "a100-8x-nvswitch-mig.conf", "--check", "xid", "--kernel-log", str(KERN_LOG))
+    assert rc == 1
+    # 48 and 79 need service; XID 13 on 0a:00 is an application fault and is ignored.
+    assert out == "XID 48,79 on PCI 0000:07:00; XID 79 on PCI 0000:99:00"
+
+
+def test_xid_list_is_configurable(fake_nvml_dir):
+    rc, out = check(fake_nvml_dir, "a100-8x-nvswitch-mig.conf", "--check", "xid", "--xid", "13",
+                    "--kernel-log", str(KERN_LOG))
+    assert (rc, out) == (1, "XID 13 on PCI 0000:0a:00")
+
+
+def test_clean_kernel_log_is_ok(fake_nvml_dir, tmp_path):
+    log = tmp_path / "kern.log"
+    log.write_text(KERN_LOG.read_text().splitlines()[0] + "\n")
+    assert check(fake_nvml_dir, "a100-8x-nvswitch-mig.conf", "--kernel-log", str(log))[0] == 0
+
+
+def test_unreadable_kernel_log_is_unknown(fake_nvml_dir, tmp_path):
+    rc, out = check(fake_nvml_dir, "a100-8x-nvswitch-mig.conf", "--check", "xid", "--kernel-log",
+                    str(tmp_path / "missing"))
+    assert rc == 2 and "cannot read" in out
+
+
+def test_no_kernel_log_tool_is_unknown(fake_nvml_dir, tmp_path):
+    rc, out = check(fake_nvml_dir, "a100-8x-nvswitch-mig.conf", "--check", "xid", path=str(tmp_path))
+    assert rc == 2 and "no kernel log" in out
+
+
+def test_dmesg_fallback(fake_nvml_dir, tmp_path):
+    dmesg = tmp_path / "dmesg"
+    dmesg.write_text(f"#!/bin/sh\ncat {KERN_LOG}\n")
+    dmesg.chmod(0o755)
+    (tmp_path / "cat").symlink_to(shutil.which("cat"))
+    rc, out = check(fake_nvml_dir, "a100-8x-nvswitch-mig.conf", "--check", "xid", path=str(tmp_path))
+    assert rc == 1 and "XID 48,79 on PCI 0000:07:00" in out
+
+
+def test_problem_wins_over_unknown(fake_nvml_dir, tmp_path):
+    rc, out = check(fake_nvml_dir, "a100-pcie-2x-xid79.conf", "--kernel-log", str(tmp_path / "missing"))
+    assert (rc, out) == (1, "GPU 0 DBE ECC 2")
+
+
+def test_plugin_config_and_configmap():
+    cfg = json.loads((NPD / "gpu-problem.json").read_text())
+    assert cfg["plugin"] == "custom"
+    (cond,) = cfg["conditions"]
+    assert cond["type"] == "GPUError"  # the condition the GPUNodeDraining alert watches
+    (rule,) = cfg["rules"]
+    assert rule["type"] == "permanent" and rule["condition"] == "GPUError"
+    assert Path(rule["path"]).name == CHECK.name
+    assert int(cfg["pluginConfig"]["max_output_length"]) >= 80
+    cm = yaml.safe_load((ROOT / "monitoring" / "kubernetes" / "npd-gpu-configmap.yaml").read_text())
+    assert (cm["kind"], cm["metadata"]["namespace"]) == ("ConfigMap", "kube-system")
+    assert json.loads(cm["data"]["gpu-problem.json"]) == cfg
+    assert cm["data"]["check_gpu.py"] == CHECK.read_text()
