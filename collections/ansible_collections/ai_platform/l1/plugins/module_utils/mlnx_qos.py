@@ -230,7 +230,7 @@ def apply_to(state, commands):
         if '--pfc' in opts:
             new['pfc'] = [int(v) for v in opts['--pfc'].split(',')]
         if '--dscp2prio' in opts:
-            _, d, p = opts['--dscp2prio'].split(',')
+            d, p = opts['--dscp2prio'].split(',')[1:]
             new['dscp2prio'][int(d)] = int(p)
         if '--prio_tc' in opts:
             new['prio_tc'] = [int(v) for v in opts['--prio_tc'].split(',')]

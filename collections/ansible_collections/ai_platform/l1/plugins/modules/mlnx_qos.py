@@ -203,7 +203,7 @@ def main():
         for args in commands:
             _run(module, tool, ['-i', p['interface']] + args)
         after = _read(module, tool)
-        left, _ = qos.changes(after, wanted)
+        left = qos.changes(after, wanted)[0]
         if left:
             module.fail_json(msg='mlnx_qos on %s did not take: %s' % (p['interface'], '; '.join(left)),
                              changes=notes, commands=lines, state=after)

@@ -1,0 +1,279 @@
+#!/usr/bin/env python3
+"""Simulated leaf switch over SSH (paramiko) speaking enough NVIDIA Onyx and Cumulus NVUE CLI for netmiko.
+
+It holds real state: a running configuration (Onyx) or an applied + pending NVUE revision
+(Cumulus), and a saved/startup copy, so a client's idempotence and drift repair are tested
+against a server, not a mock.
+
+  Onyx (netmiko mellanox_mlnxos): prompts `HOST [standalone: master] >`, `... #`, `... (config) #`;
+    enable, disable, configure terminal, exit, no cli session paging enable, terminal ...,
+    show running-config, configuration write, and in config mode
+    [no] roce [lossless|lossy], [no] dcb priority-flow-control enable [force],
+    [no] dcb priority-flow-control priority N enable. Anything else: `% Unrecognized command`.
+  Cumulus (netmiko cumulus_linux): prompt `cumulus@HOST:mgmt:~$ `;
+    nv set PATH VALUE, nv unset PATH [VALUE], nv config apply [-y], nv config save,
+    nv config show -o commands, nv config diff, exit.
+
+  python3 fake_switch.py --kind onyx|cumulus --port 2222 [--user admin --password admin]
+"""
+
+import argparse
+import re
+import socket
+import threading
+
+import paramiko
+
+ONYX_HEADER = ['##', '## Running database "initial"', '## Generated at 2026/01/01 00:00:00 +0000', '##', '']
+ONYX_BASE = ['hostname {host}', 'interface ethernet 1/1-1/32 mtu 9216 force', 'ip routing vrf default']
+CUMULUS_BASE = ['nv set system hostname {host}', 'nv set interface swp1-32 link mtu 9216']
+# NVUE keys that hold a set of values (nv set adds a member); every other key holds one value.
+CUMULUS_SET_KEYS = ('qos pfc default-global switch-priority',)
+_PFC_PRIO = re.compile(r'^dcb priority-flow-control priority ([0-7]) enable$')
+
+
+class SwitchState:
+    """Configuration of one simulated switch; tests read and change it directly (drift by hand)."""
+
+    def __init__(self, kind, host):
+        self.kind = kind
+        self.host = host
+        self.lock = threading.Lock()
+        base = ONYX_BASE if kind == 'onyx' else CUMULUS_BASE
+        self.running = [line.format(host=host) for line in base]
+        self.pending = list(self.running)
+        self.saved = list(self.running)
+        self.revision = 1
+        self.log = []   # every command line received, in order
+
+    # --- Onyx -------------------------------------------------------------------------
+    def onyx_config(self, cmd):
+        words = cmd.split()
+        neg = words[:1] == ['no']
+        body = words[1:] if neg else words
+        text = ' '.join(body)
+        if body[:1] == ['roce'] and (len(body) == 1 or body[1:] in (['lossless'], ['lossy'])):
+            self.running = [line for line in self.running if not line.startswith('roce')]
+            if not neg:
+                self.running.append('roce ' + (body[1] if len(body) > 1 else 'lossless'))
+            return ''
+        if text in ('dcb priority-flow-control enable', 'dcb priority-flow-control enable force'):
+            self.running = [line for line in self.running if not line.startswith('dcb priority-flow-control enable')]
+            if not neg:
+                self.running.append('dcb priority-flow-control enable force')
+            return ''
+        if _PFC_PRIO.match(text):
+            self.running = [line for line in self.running if line != text]
+            if not neg:
+                self.running.append(text)
+            return ''
+        return '% Unrecognized command "{}".\nType "?" for help.'.format(cmd)
+
+    def onyx_show_running(self):
+        def key(line):
+            m = _PFC_PRIO.match(line)
+            return (line.split()[0], int(m.group(1)) if m else -1, line)
+        return '\n'.join(ONYX_HEADER + sorted(self.running, key=key))
+
+    # --- Cumulus ------------------------------------------------------------------------
+    def nv(self, cmd):
+        words = cmd.split()
+        if words[:2] == ['nv', 'set'] and len(words) >= 4:
+            path, value = ' '.join(words[2:-1]), words[-1]
+            if path not in CUMULUS_SET_KEYS:
+                self.pending = [line for line in self.pending if not line.startswith('nv set %s ' % path)]
+            line = 'nv set %s %s' % (path, value)
+            if line not in self.pending:
+                self.pending.append(line)
+            return ''
+        if words[:2] == ['nv', 'unset'] and len(words) >= 3:
+            target = 'nv set ' + ' '.join(words[2:])
+            self.pending = [line for line in self.pending if line != target and not line.startswith(target + ' ')]
+            return ''
+        if words[:3] == ['nv', 'config', 'apply']:
+            if sorted(self.pending) == sorted(self.running):
+                return 'Warning: no changes to apply.'
+            self.running = list(self.pending)
+            self.revision += 1
+            return 'applied [rev_id: %d]' % self.revision
+        if words[:3] == ['nv', 'config', 'save']:
+            self.saved = list(self.running)
+            return 'saved [rev_id: %d]' % self.revision
+        if words[:3] == ['nv', 'config', 'show'] and words[3:] == ['-o', 'commands']:
+            return '\n'.join(sorted(self.running))
+        if words[:3] == ['nv', 'config', 'diff']:
+            return '\n'.join(['- ' + line for line in sorted(set(self.running) - set(self.pending))]
+                             + ['+ ' + line for line in sorted(set(self.pending) - set(self.running))])
+        return "Error: Invalid Command: {}".format(cmd)
+
+
+class _Session:
+    def __init__(self, state, chan):
+        self.state = state
+        self.chan = chan
+        self.mode = 'user' if state.kind == 'onyx' else 'shell'
+
+    def prompt(self):
+        if self.state.kind == 'cumulus':
+            return 'cumulus@%s:mgmt:~$ ' % self.state.host
+        end = {'user': ' >', 'enable': ' #', 'config': ' (config) #'}[self.mode]
+        return '%s [standalone: master]%s ' % (self.state.host, end)
+
+    def send(self, text):
+        self.chan.sendall(text.replace('\r\n', '\n').replace('\n', '\r\n').encode())
+
+    def handle(self, cmd):
+        """Run one line; return the output, or None to close the session."""
+        with self.state.lock:
+            self.state.log.append(cmd)
+            if not cmd:
+                return ''
+            if cmd in ('exit', 'quit', 'logout'):
+                if self.mode == 'config':
+                    self.mode = 'enable'
+                    return ''
+                return None
+            if self.state.kind == 'cumulus':
+                return self.state.nv(cmd) if cmd.startswith('nv ') else ''
+            return self.onyx(cmd)
+
+    def onyx(self, cmd):
+        if cmd.startswith(('terminal ', 'no cli session paging', 'cli session')):
+            return ''
+        if cmd == 'enable':
+            self.mode = 'enable' if self.mode == 'user' else self.mode
+            return ''
+        if cmd == 'disable':
+            self.mode = 'user'
+            return ''
+        if cmd.startswith('show running-config'):
+            return self.state.onyx_show_running()
+        if self.mode == 'user':
+            return '% Unrecognized command "{}".\nType "?" for help.'.format(cmd)
+        if cmd in ('configure terminal', 'config term', 'conf t', 'configure t'):
+            self.mode = 'config'
+            return ''
+        if self.mode == 'config':
+            if cmd in ('configuration write', 'write memory'):
+                self.state.saved = list(self.state.running)
+                return ''
+            return self.state.onyx_config(cmd)
+        return '% Unrecognized command "{}".\nType "?" for help.'.format(cmd)
+
+    def run(self):
+        banner = 'NVIDIA Onyx Switch Management\n\n' if self.state.kind == 'onyx' else 'Welcome to NVIDIA Cumulus Linux\n\n'
+        self.send(banner + self.prompt())
+        buf = ''
+        while True:
+            data = self.chan.recv(4096)
+            if not data:
+                return
+            buf += data.decode(errors='replace')
+            while re.search(r'[\r\n]', buf):
+                line, sep, buf = re.split(r'(\r\n|\r|\n)', buf, maxsplit=1)
+                # echo like a terminal, so netmiko's command verification sees the command
+                self.send(line + '\n')
+                out = self.handle(line.strip())
+                if out is None:
+                    self.chan.close()
+                    return
+                self.send((out + '\n' if out else '') + self.prompt())
+
+
+class _Server(paramiko.ServerInterface):
+    def __init__(self, username, password):
+        self.username = username
+        self.password = password
+        self.shell = threading.Event()
+
+    def check_auth_password(self, username, password):
+        if (username, password) == (self.username, self.password):
+            return paramiko.AUTH_SUCCESSFUL
+        return paramiko.AUTH_FAILED
+
+    def get_allowed_auths(self, username):
+        return 'password'
+
+    def check_channel_request(self, kind, chanid):
+        return paramiko.OPEN_SUCCEEDED if kind == 'session' else paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
+
+    def check_channel_pty_request(self, *args):
+        return True
+
+    def check_channel_shell_request(self, channel):
+        self.shell.set()
+        return True
+
+
+_HOST_KEY = []
+
+
+def _host_key():
+    if not _HOST_KEY:
+        _HOST_KEY.append(paramiko.RSAKey.generate(2048))
+    return _HOST_KEY[0]
+
+
+class FakeSwitch:
+    """One simulated switch listening on 127.0.0.1 (or `bind`); start() returns the port."""
+
+    def __init__(self, kind, host='leaf1', username='admin', password='admin', bind='127.0.0.1', port=0):
+        if kind not in ('onyx', 'cumulus'):
+            raise ValueError('kind must be onyx or cumulus')
+        self.state = SwitchState(kind, host)
+        self.username, self.password = username, password
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((bind, port))
+        self.port = self.sock.getsockname()[1]
+        self._stop = threading.Event()
+
+    def start(self):
+        self.sock.listen(16)
+        threading.Thread(target=self._accept, daemon=True).start()
+        return self.port
+
+    def stop(self):
+        self._stop.set()
+        self.sock.close()
+
+    def _accept(self):
+        while not self._stop.is_set():
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client):
+        transport = paramiko.Transport(client)
+        transport.add_server_key(_host_key())
+        server = _Server(self.username, self.password)
+        try:
+            transport.start_server(server=server)
+            chan = transport.accept(20)
+            if chan is None or not server.shell.wait(10):
+                return
+            _Session(self.state, chan).run()
+        except (paramiko.SSHException, OSError, EOFError):
+            return
+        finally:
+            transport.close()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--kind', required=True, choices=('onyx', 'cumulus'))
+    parser.add_argument('--host', default='leaf1')
+    parser.add_argument('--bind', default='127.0.0.1')
+    parser.add_argument('--port', type=int, default=2222)
+    parser.add_argument('--user', default='admin')
+    parser.add_argument('--password', default='admin')
+    args = parser.parse_args()
+    switch = FakeSwitch(args.kind, args.host, args.user, args.password, args.bind, args.port)
+    print('%s %s listening on %s:%d' % (args.kind, args.host, args.bind, switch.start()), flush=True)
+    threading.Event().wait()
+
+
+if __name__ == '__main__':
+    main()
