@@ -76,7 +76,7 @@ class SwitchState:
         return '\n'.join(ONYX_HEADER + sorted(self.running, key=key))
 
     # --- Cumulus ------------------------------------------------------------------------
-    def nv(self, cmd):
+    def nv(self, cmd):  # noqa: PLR0911 -- one return per CLI verb
         words = cmd.split()
         if words[:2] == ['nv', 'set'] and len(words) >= 4:
             path, value = ' '.join(words[2:-1]), words[-1]
@@ -137,7 +137,7 @@ class _Session:
                 return self.state.nv(cmd) if cmd.startswith('nv ') else ''
             return self.onyx(cmd)
 
-    def onyx(self, cmd):
+    def onyx(self, cmd):  # noqa: PLR0911 -- one return per CLI verb
         if cmd.startswith(('terminal ', 'no cli session paging', 'cli session')):
             return ''
         if cmd == 'enable':
@@ -161,7 +161,9 @@ class _Session:
         return '% Unrecognized command "{}".\nType "?" for help.'.format(cmd)
 
     def run(self):
-        banner = 'NVIDIA Onyx Switch Management\n\n' if self.state.kind == 'onyx' else 'Welcome to NVIDIA Cumulus Linux\n\n'
+        banner = 'NVIDIA Onyx Switch Management\n\n'
+        if self.state.kind == 'cumulus':
+            banner = 'Welcome to NVIDIA Cumulus Linux\n\n'
         self.send(banner + self.prompt())
         buf = ''
         while True:
@@ -217,7 +219,7 @@ def _host_key():
 class FakeSwitch:
     """One simulated switch listening on 127.0.0.1 (or `bind`); start() returns the port."""
 
-    def __init__(self, kind, host='leaf1', username='admin', password='admin', bind='127.0.0.1', port=0):
+    def __init__(self, kind, host='leaf1', username='admin', password='admin', *, bind='127.0.0.1', port=0):
         if kind not in ('onyx', 'cumulus'):
             raise ValueError('kind must be onyx or cumulus')
         self.state = SwitchState(kind, host)
@@ -270,7 +272,7 @@ def main():
     parser.add_argument('--user', default='admin')
     parser.add_argument('--password', default='admin')
     args = parser.parse_args()
-    switch = FakeSwitch(args.kind, args.host, args.user, args.password, args.bind, args.port)
+    switch = FakeSwitch(args.kind, args.host, args.user, args.password, bind=args.bind, port=args.port)
     print('%s %s listening on %s:%d' % (args.kind, args.host, args.bind, switch.start()), flush=True)
     threading.Event().wait()
 

@@ -62,7 +62,8 @@ def managed(device_type, line, onyx_roce_command=True):
 
 def current_lines(device_type, text, onyx_roce_command=True):
     lines = [line.strip() for line in text.splitlines()]
-    return [line for line in lines if line and not line.startswith('#') and managed(device_type, line, onyx_roce_command)]
+    return [line for line in lines
+            if line and not line.startswith('#') and managed(device_type, line, onyx_roce_command)]
 
 
 def _negate(device_type, line):

@@ -230,8 +230,9 @@ def _one(spec, params, wanted, check_mode):
                 raise RuntimeError('configuration did not take; still to do: %s' % '; '.join(left))
     except Exception as exc:  # pylint: disable=broad-except
         # One switch's failure (unreachable, timeout, login, rejected command) must not stop the others.
-        res.update(failed=True, msg='%s (%s:%s): %s: %s' % (
-            name, spec['host'], spec['port'], type(exc).__name__, str(exc).strip().splitlines()[0] if str(exc).strip() else ''))
+        first = (str(exc).strip().splitlines() or [''])[0]
+        res.update(failed=True,
+                   msg='%s (%s:%s): %s: %s' % (name, spec['host'], spec['port'], type(exc).__name__, first))
     finally:
         sw.close()
     return res
@@ -278,8 +279,8 @@ def main():
             after=''.join('# %s\n%s' % (r['name'], ''.join(line + '\n' for line in r['after'])) for r in results))
     failed = [r for r in results if r['failed']]
     if failed:
-        module.fail_json(msg='%d of %d switches failed: %s' % (len(failed), len(results), '; '.join(r['msg'] for r in failed)),
-                         **result)
+        msgs = '; '.join(r['msg'] for r in failed)
+        module.fail_json(msg='%d of %d switches failed: %s' % (len(failed), len(results), msgs), **result)
     module.exit_json(**result)
 
 
