@@ -1,0 +1,121 @@
+"""ai_platform.l1.nccl_config and roce_sysfs on the a100 profile's fake sysfs tree (with its RoCE parts)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+from ansible_collections.ai_platform.l1.plugins.modules import nccl_config, roce_sysfs
+
+ROOT = Path(__file__).resolve().parents[2]
+HW = ROOT / "tests/hardware"
+
+
+@pytest.fixture
+def sysfs(tmp_path):
+    root = tmp_path / "sys"
+    subprocess.run([sys.executable, str(HW / "sysfs/build_sysfs.py"), str(root), "--profile", "a100"], check=True)
+    subprocess.run([sys.executable, str(HW / "nic/build_roce_sysfs.py"), str(root)], check=True)
+    return root
+
+
+@pytest.fixture
+def run(capsys):
+    def _run(module, check_mode=False, **args):
+        args = dict(args, _ansible_diff=True)
+        if check_mode:
+            args["_ansible_check_mode"] = True
+        with patch_module_args(args), pytest.raises(SystemExit) as exc:
+            module.main()
+        result = json.loads(capsys.readouterr().out)
+        result["_rc"] = exc.value.code
+        return result
+    return _run
+
+
+def test_nccl_conf_from_the_host(run, sysfs, tmp_path):
+    conf = tmp_path / "nccl.conf"
+    check = run(nccl_config, check_mode=True, path=str(conf), sysfs_root=str(sysfs))
+    assert check["changed"] and not conf.exists()
+    first = run(nccl_config, path=str(conf), sysfs_root=str(sysfs))
+    assert first["_rc"] == 0, first
+    assert first["changed"]
+    lines = conf.read_text().splitlines()
+    assert lines[0].startswith("#")
+    values = dict(line.split("=", 1) for line in lines[1:])
+    assert values == {
+        "NCCL_IB_HCA": "mlx5_0",            # mlx5_1's port is down
+        "NCCL_IB_GID_INDEX": "3",           # the IPv4 RoCE v2 entry, as in the seed
+        "NCCL_SOCKET_IFNAME": "ens1f0",
+        "NCCL_IB_DISABLE": "0", "NCCL_IB_TIMEOUT": "22", "NCCL_IB_RETRY_CNT": "7", "NCCL_IB_SL": "3",
+        "NCCL_IB_QPS_PER_CONNECTION": "8", "NCCL_NET_GDR_LEVEL": "3", "NCCL_NET_GDR_READ": "1",
+        "NCCL_P2P_DISABLE": "0",
+    }
+    assert "NCCL_DEBUG" not in conf.read_text().replace("# ", "").split("\n", 1)[1]
+    assert oct(conf.stat().st_mode & 0o777) == "0o644"
+    second = run(nccl_config, path=str(conf), sysfs_root=str(sysfs))
+    assert not second["changed"] and second["diff"]["before"] == second["diff"]["after"]
+
+
+def test_overrides_and_dropping_a_key(run, sysfs, tmp_path):
+    conf = tmp_path / "nccl.conf"
+    result = run(nccl_config, path=str(conf), sysfs_root=str(sysfs), hca=["mlx5_0", "mlx5_1"], gid_index=1,
+                 socket_ifname="eno1", settings={"NCCL_IB_TIMEOUT": 20, "NCCL_P2P_DISABLE": None, "NCCL_IB_TC": 106})
+    assert result["_rc"] == 0, result
+    text = conf.read_text()
+    assert "NCCL_IB_HCA=mlx5_0,mlx5_1\n" in text and "NCCL_IB_GID_INDEX=1\n" in text
+    assert "NCCL_SOCKET_IFNAME=eno1\n" in text and "NCCL_IB_TIMEOUT=20\n" in text and "NCCL_IB_TC=106\n" in text
+    assert "NCCL_P2P_DISABLE" not in text
+
+
+@pytest.mark.parametrize("args, match", [
+    (dict(settings={"NCCL_DEBUG": "INFO"}), "debug variable"),
+    (dict(settings={"NCCL_DEBUG_SUBSYS": "ALL"}), "debug variable"),
+    (dict(settings={"CUDA_VISIBLE_DEVICES": "0"}), "not an NCCL_"),
+    (dict(hca=["mlx5_9"]), r"hca \['mlx5_9'\] not found"),
+])
+def test_refused(run, sysfs, tmp_path, args, match):
+    conf = tmp_path / "nccl.conf"
+    result = run(nccl_config, path=str(conf), sysfs_root=str(sysfs), **args)
+    assert result["failed"] and __import__("re").search(match, result["msg"]), result
+    assert not conf.exists()
+
+
+def test_no_roce_v2_gid(run, tmp_path):
+    root = tmp_path / "sys"
+    subprocess.run([sys.executable, str(HW / "sysfs/build_sysfs.py"), str(root), "--profile", "a100"], check=True)
+    subprocess.run([sys.executable, str(HW / "nic/build_roce_sysfs.py"), str(root),
+                    "--ports", "mlx5_0=ens1f0:up:,mlx5_1=ens1f1:down:"], check=True)
+    result = run(nccl_config, path=str(tmp_path / "nccl.conf"), sysfs_root=str(root))
+    assert result["failed"] and "no RoCE v2 GID with an IPv4 address" in result["msg"]
+
+
+def test_roce_sysfs_ecn_tos_tc(run, sysfs):
+    args = dict(interface="ens1f0", ecn_priorities=[3], roce_tos=106, traffic_class=106, sysfs_root=str(sysfs))
+    check = run(roce_sysfs, check_mode=True, **args)
+    assert check["changed"] and len(check["changes"]) == 4
+    assert (sysfs / "class/net/ens1f0/ecn/roce_np/enable/3").read_text().strip() == "0"
+    first = run(roce_sysfs, **args)
+    assert first["_rc"] == 0 and first["changed"] and first["ib_device"] == "mlx5_0", first
+    for side in ("roce_np", "roce_rp"):
+        assert (sysfs / f"class/net/ens1f0/ecn/{side}/enable/3").read_text().strip() == "1"
+        assert (sysfs / f"class/net/ens1f0/ecn/{side}/enable/4").read_text().strip() == "0"
+    assert (sysfs / "kernel/config/rdma_cm/mlx5_0/ports/1/default_roce_tos").read_text().strip() == "106"
+    assert (sysfs / "class/infiniband/mlx5_0/tc/1/traffic_class").read_text().strip() == "106"
+    assert not run(roce_sysfs, **args)["changed"]
+    # drift: ECN of priority 3 turned off on the reaction point only
+    (sysfs / "class/net/ens1f0/ecn/roce_rp/enable/3").write_text("0\n")
+    third = run(roce_sysfs, **args)
+    assert third["changed"] and len(third["changes"]) == 1 and "roce_rp/enable/3: 0 -> 1" in third["changes"][0]
+
+
+@pytest.mark.parametrize("args, match", [
+    (dict(interface="eno1"), "not the interface of any RDMA device"),
+    (dict(interface="ens1f0", ecn_priorities=[8]), r"\[8\] out of 0..7"),
+    (dict(interface="ens1f0", roce_tos=256), "roce_tos must be 0..255"),
+])
+def test_roce_sysfs_refused(run, sysfs, args, match):
+    result = run(roce_sysfs, sysfs_root=str(sysfs), **args)
+    assert result["failed"] and __import__("re").search(match, result["msg"]), result
