@@ -3,6 +3,9 @@
 
     rules/gpu-alerts.rules.yml       -> kubernetes/prometheusrule-gpu-alerts.yaml
     npd/gpu-problem.json, npd/check_gpu.py -> kubernetes/npd-gpu-configmap.yaml
+    dcgm/counters.csv                -> kubernetes/dcgm-exporter-counters-configmap.yaml
+    dashboards/*.json                -> kubernetes/grafana-dashboards-configmap.yaml
+    alertmanager/alertmanager.yml    -> kubernetes/kube-prometheus-stack-values.yaml
 
 `python monitoring/generate.py` writes them; `--check` exits 1 when a file is stale
 (tests/unit/test_monitoring_rules.py runs it).
@@ -71,7 +74,55 @@ def npd_configmap():
     return dump(obj, src)
 
 
+def counters_configmap():
+    obj = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        # Mounted by the dcgm-exporter chart (kubernetes/dcgm-exporter-values.yaml) and
+        # passed with -f: the default counters file lacks the ECC counters the rules use.
+        "metadata": {"name": "dcgm-exporter-metrics", "namespace": "monitoring"},
+        "data": {"dcgm-metrics.csv": (HERE / "dcgm/counters.csv").read_text(encoding="utf-8")},
+    }
+    return dump(obj, "monitoring/dcgm/counters.csv")
+
+
+def dashboards_configmap():
+    obj = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        # kube-prometheus-stack's Grafana sidecar loads ConfigMaps labelled grafana_dashboard.
+        "metadata": {"name": "ai-l1-gpu-dashboards", "namespace": "monitoring", "labels": {"grafana_dashboard": "1"}},
+        "data": {p.name: p.read_text(encoding="utf-8") for p in sorted((HERE / "dashboards").glob("*.json"))},
+    }
+    return dump(obj, "monitoring/dashboards/*.json")
+
+
+RELAY_IN_CLUSTER = "http://feishu-relay.monitoring.svc:9099"
+
+
+def stack_values():
+    am = yaml.safe_load((HERE / "alertmanager/alertmanager.yml").read_text(encoding="utf-8"))
+    for receiver in am["receivers"]:
+        for hook in receiver.get("webhook_configs", []):
+            hook["url"] = hook["url"].replace("http://127.0.0.1:9099", RELAY_IN_CLUSTER)
+    obj = {
+        "alertmanager": {"config": am},
+        "prometheus": {
+            "prometheusSpec": {
+                # Pick up PrometheusRules and ServiceMonitors without the chart's release label.
+                "ruleSelectorNilUsesHelmValues": False,
+                "serviceMonitorSelectorNilUsesHelmValues": False,
+            }
+        },
+        "grafana": {"sidecar": {"dashboards": {"enabled": True, "label": "grafana_dashboard", "labelValue": "1"}}},
+    }
+    return dump(obj, "monitoring/alertmanager/alertmanager.yml")
+
+
 OUTPUTS = {
+    "kubernetes/dcgm-exporter-counters-configmap.yaml": counters_configmap,
+    "kubernetes/grafana-dashboards-configmap.yaml": dashboards_configmap,
+    "kubernetes/kube-prometheus-stack-values.yaml": stack_values,
     "kubernetes/prometheusrule-gpu-alerts.yaml": prometheus_rule,
     "kubernetes/npd-gpu-configmap.yaml": npd_configmap,
 }

@@ -164,3 +164,34 @@ def test_broken_alertmanager_config_is_rejected(tmp_path):
                    encoding="utf-8")
     proc = run(tool("amtool", "prometheus-alertmanager"), "check-config", str(bad))
     assert proc.returncode != 0
+
+
+def k8s(name):
+    return yaml.safe_load((MON / "kubernetes" / name).read_text(encoding="utf-8"))
+
+
+def test_kube_prometheus_stack_alertmanager_config_passes_amtool(tmp_path):
+    values = k8s("kube-prometheus-stack-values.yaml")
+    cfg = tmp_path / "alertmanager.yml"
+    cfg.write_text(yaml.safe_dump(values["alertmanager"]["config"]), encoding="utf-8")
+    proc = run(tool("amtool", "prometheus-alertmanager"), "check-config", str(cfg))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    urls = [h["url"] for r in values["alertmanager"]["config"]["receivers"] for h in r["webhook_configs"]]
+    assert urls and all(u.startswith("http://feishu-relay.monitoring.svc:9099/feishu/") for u in urls)
+
+
+def test_dcgm_exporter_reads_the_counters_configmap():
+    cm = k8s("dcgm-exporter-counters-configmap.yaml")
+    assert cm["data"]["dcgm-metrics.csv"] == COUNTERS.read_text(encoding="utf-8")
+    values = k8s("dcgm-exporter-values.yaml")
+    (volume,) = values["extraConfigMapVolumes"]
+    assert volume["configMap"]["name"] == cm["metadata"]["name"]
+    (mount,) = values["extraVolumeMounts"]
+    assert values["arguments"] == ["-f", f"{mount['mountPath']}/dcgm-metrics.csv"]
+    assert {"targetLabel": "job", "replacement": "dcgm-exporter"} in values["serviceMonitor"]["relabelings"]
+
+
+def test_dashboards_configmap_carries_every_dashboard():
+    cm = k8s("grafana-dashboards-configmap.yaml")
+    assert cm["metadata"]["labels"] == {"grafana_dashboard": "1"}
+    assert cm["data"] == {p.name: p.read_text(encoding="utf-8") for p in sorted(DASHBOARDS.glob("*.json"))}
