@@ -16,7 +16,7 @@ description:
     address, which is what NCCL needs on routed RoCE fabrics).
   - Writes C(NCCL_IB_HCA), C(NCCL_IB_GID_INDEX) (Ethernet link layer only), C(NCCL_SOCKET_IFNAME)
     and the tuned values of O(settings) to O(path), one C(KEY=VALUE) per line, sorted.
-  - Debug variables (C(NCCL_DEBUG), C(NCCL_DEBUG_SUBSYS), C(NCCL_DEBUG_FILE)) are refused: they
+  - Debug variables (C(NCCL_DEBUG), C(NCCL_DEBUG_SUBSYS), C(NCCL_DEBUG_FILE)) are refused, as they
     belong to a job's environment, never to the host configuration.
 options:
   path:

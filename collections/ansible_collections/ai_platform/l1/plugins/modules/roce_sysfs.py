@@ -68,7 +68,7 @@ ib_device:
   type: str
   sample: mlx5_0
 changes:
-  description: One line per file written (or that would be written), C(path: old -> new).
+  description: "One line per file written (or that would be written): C(PATH: OLD -> NEW)."
   returned: always
   type: list
   elements: str
