@@ -6,6 +6,7 @@
     dcgm/counters.csv                -> kubernetes/dcgm-exporter-counters-configmap.yaml
     dashboards/*.json                -> kubernetes/grafana-dashboards-configmap.yaml
     alertmanager/alertmanager.yml    -> kubernetes/kube-prometheus-stack-values.yaml
+    relay/feishu_relay.py            -> kubernetes/feishu-relay.yaml
 
 `python monitoring/generate.py` writes them; `--check` exits 1 when a file is stale
 (tests/unit/test_monitoring_rules.py runs it).
@@ -100,6 +101,50 @@ def dashboards_configmap():
 RELAY_IN_CLUSTER = "http://feishu-relay.monitoring.svc:9099"
 
 
+def relay_manifests():
+    labels = {"app.kubernetes.io/name": "feishu-relay", "app.kubernetes.io/part-of": "ai-platform-l1"}
+    meta = {"name": "feishu-relay", "namespace": "monitoring", "labels": labels}
+    script = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
+              "data": {"feishu_relay.py": (HERE / "relay/feishu_relay.py").read_text(encoding="utf-8")}}
+    container = {
+        "name": "relay",
+        # Any python3 image: air-gapped sites point this at their registry.
+        "image": "docker.io/library/python:3.11-slim",
+        "command": ["python3", "/app/feishu_relay.py", "--config", "/etc/feishu-relay/relay.json",
+                    "--listen", "0.0.0.0:9099"],
+        "ports": [{"name": "http", "containerPort": 9099}],
+        "readinessProbe": {"httpGet": {"path": "/healthz", "port": "http"}},
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "allowPrivilegeEscalation": False,
+                            "readOnlyRootFilesystem": True},
+        "volumeMounts": [{"name": "app", "mountPath": "/app", "readOnly": True},
+                         {"name": "channels", "mountPath": "/etc/feishu-relay", "readOnly": True}],
+    }
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app.kubernetes.io/name": "feishu-relay"}},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "containers": [container],
+                    "volumes": [
+                        {"name": "app", "configMap": {"name": "feishu-relay"}},
+                        # Bot URLs and secrets: a Secret the site creates (key relay.json),
+                        # never in this repository.
+                        {"name": "channels", "secret": {"secretName": "feishu-relay-channels"}},
+                    ],
+                },
+            },
+        },
+    }
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": meta,
+               "spec": {"selector": {"app.kubernetes.io/name": "feishu-relay"},
+                        "ports": [{"name": "http", "port": 9099, "targetPort": "http"}]}}
+    src = "monitoring/relay/feishu_relay.py"
+    return "".join(dump(o, src) for o in (script, deployment, service))
+
+
 def stack_values():
     am = yaml.safe_load((HERE / "alertmanager/alertmanager.yml").read_text(encoding="utf-8"))
     for receiver in am["receivers"]:
@@ -123,6 +168,7 @@ OUTPUTS = {
     "kubernetes/dcgm-exporter-counters-configmap.yaml": counters_configmap,
     "kubernetes/grafana-dashboards-configmap.yaml": dashboards_configmap,
     "kubernetes/kube-prometheus-stack-values.yaml": stack_values,
+    "kubernetes/feishu-relay.yaml": relay_manifests,
     "kubernetes/prometheusrule-gpu-alerts.yaml": prometheus_rule,
     "kubernetes/npd-gpu-configmap.yaml": npd_configmap,
 }

@@ -195,3 +195,16 @@ def test_dashboards_configmap_carries_every_dashboard():
     cm = k8s("grafana-dashboards-configmap.yaml")
     assert cm["metadata"]["labels"] == {"grafana_dashboard": "1"}
     assert cm["data"] == {p.name: p.read_text(encoding="utf-8") for p in sorted(DASHBOARDS.glob("*.json"))}
+
+
+def test_relay_manifests_serve_the_url_alertmanager_posts_to():
+    docs = list(yaml.safe_load_all((MON / "kubernetes" / "feishu-relay.yaml").read_text(encoding="utf-8")))
+    by_kind = {d["kind"]: d for d in docs}
+    assert set(by_kind) == {"ConfigMap", "Deployment", "Service"}
+    assert by_kind["ConfigMap"]["data"]["feishu_relay.py"] == (MON / "relay" / "feishu_relay.py").read_text()
+    svc = by_kind["Service"]
+    assert (svc["metadata"]["name"], svc["metadata"]["namespace"], svc["spec"]["ports"][0]["port"]) == (
+        "feishu-relay", "monitoring", 9099)
+    pod = by_kind["Deployment"]["spec"]["template"]["spec"]
+    assert {"name": "channels", "secret": {"secretName": "feishu-relay-channels"}} in pod["volumes"]
+    assert "0.0.0.0:9099" in pod["containers"][0]["command"]
