@@ -42,3 +42,4 @@ tar -C "$stage" -cf - usr etc | podman exec -i "$container" tar -xf - -C / --no-
 podman exec "$container" ldconfig
 podman exec "$container" nvidia-smi -L >/dev/null \
   || { echo "a100: the fake nvidia-smi does not run in $container" >&2; exit 1; }
+bash "$hw/nic/install.sh" "$container"   # RoCE NIC: fake mlnx_qos, ECN/GID sysfs (rdma_network)
