@@ -181,8 +181,7 @@ class _Switch:
             device_type=self.dtype, host=self.spec['host'], port=self.spec['port'],
             username=self.spec['username'], password=self.spec['password'],
             conn_timeout=self.params['timeout'], auth_timeout=self.params['timeout'],
-            banner_timeout=self.params['timeout'], read_timeout_override=self.params['timeout'],
-            fast_cli=False)
+            banner_timeout=self.params['timeout'], read_timeout_override=self.params['timeout'])
         if self.dtype == 'mellanox_mlnxos':
             self.conn.enable()
 
