@@ -48,9 +48,6 @@ PODMAN_RUN_FLAGS = [
     "--systemd=always",
     "--ulimit=nofile=20000:20000",
     "--ulimit=nproc=4096:4096",
-    # A cgroup namespace of its own: on this cgroup v1 host a node would otherwise see (and
-    # its kubelet create /kubepods.slice at) the host's cgroup root, shared by every node.
-    "--cgroupns=private",
 ]
 # Inside the node, where labctl records which profile hook revision it installed.
 HOOK_STAMP = "/var/lib/ai-l1-lab/profile-hook.sha256"
