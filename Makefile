@@ -7,7 +7,7 @@ export ANSIBLE_FORCE_COLOR ?= 0
 COLLECTION := collections/ansible_collections/ai_platform/l1
 SCENARIOS := $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
-.PHONY: bootstrap image lab lab-supplies lab-up lab-down lab-status test lint sanity unit molecule integration
+.PHONY: bootstrap image lab lab-supplies lab-artifacts lab-up lab-down lab-status test lint sanity unit molecule integration
 
 bootstrap:
 	bash lab/bootstrap.sh
@@ -16,13 +16,20 @@ image: bootstrap
 	python lab/labctl.py image
 
 ## make lab: build the 6-node lab and roll out playbooks/site.yml against it.
-lab: bootstrap lab-supplies
+lab: bootstrap lab-supplies lab-artifacts
 	python lab/labctl.py up
 	ansible-playbook playbooks/site.yml
 
 # Controller-side files the lab rollout copies to nodes (nodes cannot reach PyPI).
 lab-supplies: bootstrap
 	python -m pip download -q --no-deps --only-binary=:all: -d /var/cache/ai-l1/wheels nvidia-ml-py==13.615.71
+
+# The air-gapped supply chain: Kubernetes, etcd, CoreDNS, CNI built from Go modules (cached
+# under /var/cache/ai-l1; about 25 min cold, seconds warm), then served by the local file
+# mirror and registry the lab nodes use.
+lab-artifacts: bootstrap
+	bash lab/k8s/build.sh
+	python lab/mirror/mirror.py up
 
 lab-up: bootstrap
 	python lab/labctl.py up
@@ -50,5 +57,5 @@ unit:
 molecule: image
 	@for s in $(SCENARIOS); do echo "== molecule test -s $$s"; molecule test -s $$s || exit 1; done
 
-integration: image lab-supplies
+integration: image lab-supplies lab-artifacts
 	python -m pytest -q tests/integration
