@@ -45,7 +45,17 @@ LABEL = "ai-l1-lab"
 # containerd need and what the host allows.
 PODMAN_RUN_FLAGS = [
     "--privileged",
-    "--systemd=always",
+    # A cgroup namespace of its own, so the node's kubelet and systemd see their own cgroups
+    # at the hierarchy roots (kind's v1 problem). Not podman's systemd mode: on this cgroup v1
+    # host it mounts the host's name=systemd root into the node, every node's systemd then
+    # shares it, and a node that stops trims the others' cgroups (podman exec breaks for all).
+    # systemd as PID 1 needs only these tmpfs mounts (the image's CMD is /sbin/init and it
+    # sets STOPSIGNAL and container=podman).
+    "--systemd=false",
+    "--cgroupns=private",
+    "--tmpfs=/run",
+    "--tmpfs=/run/lock",
+    "--tmpfs=/tmp",
     "--ulimit=nofile=20000:20000",
     "--ulimit=nproc=4096:4096",
 ]
