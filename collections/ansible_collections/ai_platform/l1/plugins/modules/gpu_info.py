@@ -62,13 +62,8 @@ options:
       - systemd unit of the NVIDIA fabric manager, checked when a GPU has an NVLink to an NVSwitch.
     type: str
     default: nvidia-fabricmanager
-attributes:
-  check_mode:
-    support: full
-    description: The module only reads; it runs the same in check mode.
-  diff_mode:
-    support: none
-    description: Nothing is changed, so there is no diff.
+extends_documentation_fragment:
+  - ai_platform.l1.attributes.info_module
 requirements:
   - nvidia-ml-py (the C(pynvml) module) on the managed node
   - the NVIDIA driver's C(libnvidia-ml.so.1) for RV(gpu_info.present=true)

@@ -25,13 +25,8 @@ options:
       - Where sysfs is mounted. Tests point it at a fake tree.
     type: path
     default: /sys
-attributes:
-  check_mode:
-    support: full
-    description: The module only reads; it runs the same in check mode.
-  diff_mode:
-    support: none
-    description: Nothing is changed, so there is no diff.
+extends_documentation_fragment:
+  - ai_platform.l1.attributes.info_module
 author:
   - ai_platform L1 contributors (@ai-platform-l1)
 '''

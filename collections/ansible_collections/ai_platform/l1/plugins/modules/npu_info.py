@@ -38,13 +38,8 @@ options:
       - Seconds one npu-smi command may take before the module gives up on it.
     type: int
     default: 60
-attributes:
-  check_mode:
-    support: full
-    description: The module only reads; it runs the same in check mode.
-  diff_mode:
-    support: none
-    description: Nothing is changed, so there is no diff.
+extends_documentation_fragment:
+  - ai_platform.l1.attributes.info_module
 notes:
   - "Topology classes (RV(npu_info.topology)), from the link kinds of C(npu-smi info -t topo):
     C(hccs-fullmesh) every device pair on a direct HCCS link (8x910B);
