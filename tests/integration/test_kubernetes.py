@@ -27,7 +27,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 LABCTL = [sys.executable, str(REPO / "lab" / "labctl.py")]
-LAB_INVENTORY = REPO / "inventories" / "lab"
+# Another lab inventory (a second lab on its own network) for development; CI uses the lab.
+LAB_INVENTORY = Path(os.environ.get("AI_L1_LAB_INVENTORY", REPO / "inventories" / "lab"))
 SITE = REPO / "playbooks" / "site.yml"
 CACHE = Path(os.environ.get("AI_L1_CACHE", "/var/cache/ai-l1"))
 OVERLAY = CACHE / "mirror" / "lab-overlay.yml"
@@ -85,7 +86,7 @@ VIP_URL = f"https://{VIP}:8443/readyz"
 
 def on(host: str, command: str, timeout: int = 120) -> subprocess.CompletedProcess:
     """A command on a lab node over SSH, as Ansible reaches it."""
-    return sh(*LABCTL, "ssh", host, command, timeout=timeout)
+    return sh(*LABCTL, "-i", LAB_INVENTORY / "hosts.yml", "ssh", host, command, timeout=timeout)
 
 
 def kubectl_json(host: str, args: str) -> dict:
@@ -148,14 +149,20 @@ def cluster():
                     "artifacts first (bash lab/k8s/build.sh && python lab/mirror/mirror.py up)")
     status = sh(sys.executable, REPO / "lab" / "mirror" / "mirror.py", "status", timeout=300)
     assert status.returncode == 0, f"the lab mirror does not serve every artifact:\n{tail(status)}"
-    sh(*LABCTL, "up", check=True)
+    # Every node's kubelet, containerd and kube-proxy take inotify instances from the same
+    # host-wide per-user limit (128 by default): "too many open files" otherwise.
+    instances = int(Path("/proc/sys/fs/inotify/max_user_instances").read_text())
+    if instances < 1024:
+        pytest.fail(f"fs.inotify.max_user_instances is {instances} on this host: six kubelets need more "
+                    "(sysctl -w fs.inotify.max_user_instances=8192 fs.inotify.max_user_watches=524288)")
+    sh(*LABCTL, "-i", LAB_INVENTORY / "hosts.yml", "up", check=True)
     t0 = time.monotonic()
     first = sh("ansible-playbook", "-i", LAB_INVENTORY, SITE)
     record("site_first_run_s", time.monotonic() - t0)
     assert first.returncode == 0, f"first site.yml run failed:\n{tail(first, 150)}"
     yield first
     if os.environ.get("AI_L1_KEEP_LAB") != "1":
-        sh(*LABCTL, "down", check=True)
+        sh(*LABCTL, "-i", LAB_INVENTORY / "hosts.yml", "down", check=True)
 
 
 def test_every_node_is_ready(cluster):
