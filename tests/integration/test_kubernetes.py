@@ -201,11 +201,16 @@ def test_api_survives_the_vip_holder_being_stopped(cluster):
             time.sleep(1)
         record("vip_failover_s", time.monotonic() - t0)
         assert vip_ready(), f"{VIP_URL} did not answer within 60 s of stopping {victim}"
-        # Writes need etcd quorum (2 of 3): create and delete an object through the VIP.
+        # Writes need etcd quorum (2 of 3): create and delete an object through the VIP (the
+        # admin kubeconfig's server), as a client would, retrying while the fail-over settles.
         name = f"vip-check-{int(time.time())}"
-        proc = on(survivor, f"kubectl --kubeconfig /etc/kubernetes/admin.conf create configmap {name} "
-                            f"-n default --from-literal=stopped={victim} && kubectl --kubeconfig "
-                            f"/etc/kubernetes/admin.conf delete configmap {name} -n default")
+        for _ in range(6):
+            proc = on(survivor, f"kubectl --kubeconfig /etc/kubernetes/admin.conf --request-timeout=10s "
+                                f"create configmap {name} -n default --from-literal=stopped={victim} && "
+                                f"kubectl --kubeconfig /etc/kubernetes/admin.conf delete configmap {name} -n default")
+            if proc.returncode == 0:
+                break
+            time.sleep(5)
         assert proc.returncode == 0, f"API writes through the VIP failed with {victim} stopped:\n{tail(proc)}"
         new_holder = [h for h in CONTROL_PLANES if h != victim and VIP in on(h, "ip -o -4 addr show").stdout]
         assert len(new_holder) == 1, f"{VIP} did not move to one surviving control plane: {new_holder}"
