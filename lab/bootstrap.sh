@@ -31,6 +31,17 @@ if [[ ! -f $conf ]] || [[ "$(cat "$conf")" != "$want" ]]; then
   echo "bootstrap: podman runtime set to runc ($conf)"
 fi
 
+# Six lab nodes' kubelets, containerds and kube-proxies share the host's per-user inotify
+# limits (128 instances by default): raise them, never lower them.
+for kv in fs.inotify.max_user_instances=8192 fs.inotify.max_user_watches=524288; do
+  key=${kv%%=*} want=${kv#*=}
+  have=$(sysctl -n "$key")
+  if ((have < want)); then
+    sysctl -qw "$key=$want"
+    echo "bootstrap: $key raised from $have to $want"
+  fi
+done
+
 PY=${PYTHON:-python3}
 stamp=.venv/.requirements.sha256
 sum=$(sha256sum requirements.txt | cut -d' ' -f1)

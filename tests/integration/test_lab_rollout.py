@@ -1,5 +1,6 @@
-"""The lab end to end: `labctl up`, `playbooks/site.yml` twice (the second run changes
-nothing on any host), and a failed bring-up leaving nothing behind.
+"""The lab substrate: `labctl up` on a running lab creates nothing, and a failed bring-up
+leaves nothing behind. The site rollout itself (first run, then a second run that changes
+nothing on any host) is tested once, on the same lab, in test_kubernetes.py.
 
 Needs root podman and the node image (`make image`). The lab is removed at the end
 unless AI_L1_KEEP_LAB=1.
@@ -101,21 +102,3 @@ def test_up_again_changes_nothing(lab):
     proc = sh(*LABCTL, "up")
     assert proc.returncode == 0, tail(proc)
     assert f"{len(lab_hosts())} nodes (0 created)" in proc.stdout, proc.stdout
-
-
-def test_site_rollout_then_rerun_changes_nothing(lab):
-    site = REPO / "playbooks" / "site.yml"
-    assert site.is_file(), "playbooks/site.yml is missing: there is no rollout to test"
-    hosts = lab_hosts()
-
-    first = sh("ansible-playbook", "-i", LAB_INVENTORY, site)
-    assert first.returncode == 0, f"first site.yml run failed:\n{tail(first)}"
-    first_recap = recap(first.stdout)
-    assert hosts <= set(first_recap), f"hosts missing from the recap: {hosts - set(first_recap)}"
-
-    second = sh("ansible-playbook", "-i", LAB_INVENTORY, site)
-    assert second.returncode == 0, f"second site.yml run failed:\n{tail(second)}"
-    second_recap = recap(second.stdout)
-    assert hosts <= set(second_recap), f"hosts missing from the recap: {hosts - set(second_recap)}"
-    changed = {h: r["changed"] for h, r in second_recap.items() if r["changed"]}
-    assert not changed, f"second run changed something: {changed}\n{tail(second, 120)}"
