@@ -306,8 +306,9 @@ def wait_booted(node: Node) -> str:
         except subprocess.TimeoutExpired as exc:
             raise LabError(node.host, "systemd boot", f"not up after {BOOT_TIMEOUT}s") from exc
         state = proc.stdout.strip()
-        # Right after start PID 1 has not opened its bus yet: ask again.
-        if state or time.monotonic() > deadline:
+        # Right after start PID 1 has not opened its bus yet (no answer, or "offline" while
+        # systemctl cannot reach the manager): ask again.
+        if (state and state != "offline") or time.monotonic() > deadline:
             break
         time.sleep(0.3)
     if state == "degraded":
