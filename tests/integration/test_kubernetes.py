@@ -12,87 +12,33 @@ AI_L1_KEEP_LAB=1. Timings are printed (pytest -s) and written to .cache/k8s-timi
 from __future__ import annotations
 
 import json
-import os
-import re
 import ssl
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
 import yaml
-
-REPO = Path(__file__).resolve().parents[2]
-LABCTL = [sys.executable, str(REPO / "lab" / "labctl.py")]
-# Another lab inventory (a second lab on its own network) for development; CI uses the lab.
-LAB_INVENTORY = Path(os.environ.get("AI_L1_LAB_INVENTORY", REPO / "inventories" / "lab"))
-SITE = REPO / "playbooks" / "site.yml"
-CACHE = Path(os.environ.get("AI_L1_CACHE", "/var/cache/ai-l1"))
-OVERLAY = CACHE / "mirror" / "lab-overlay.yml"
-TIMINGS = REPO / ".cache" / "k8s-timings.json"
-ENV = {
-    **os.environ,
-    "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-    "ANSIBLE_FORCE_COLOR": "0",
-    "ANSIBLE_NOCOLOR": "1",
-    "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
-}
-RECAP = re.compile(
-    r"^(?P<host>\S+)\s*:\s*ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+"
-    r"unreachable=(?P<unreachable>\d+)\s+failed=(?P<failed>\d+)",
-    re.MULTILINE,
+from conftest import (
+    CONTROL_PLANES,
+    KUBECTL,
+    LAB_INVENTORY,
+    LAB_NAME,
+    REPO,
+    SITE,
+    WORKERS,
+    kubectl_json,
+    on,
+    recap,
+    sh,
+    tail,
+    wait_nodes_ready,
 )
 
-
-def sh(*cmd: str | Path, timeout: int = 3600, check: bool = False) -> subprocess.CompletedProcess:
-    proc = subprocess.run([str(c) for c in cmd], cwd=REPO, env=ENV, capture_output=True,
-                          text=True, timeout=timeout, check=False)
-    if check:
-        assert proc.returncode == 0, f"{' '.join(map(str, cmd))} exited {proc.returncode}:\n{tail(proc)}"
-    return proc
-
-
-def tail(proc: subprocess.CompletedProcess, lines: int = 80) -> str:
-    return "\n".join((proc.stdout + proc.stderr).splitlines()[-lines:])
-
-
-def recap(output: str) -> dict[str, dict[str, int]]:
-    return {m["host"]: {k: int(m[k]) for k in ("ok", "changed", "unreachable", "failed")}
-            for m in RECAP.finditer(output)}
-
-
-def lab_inventory() -> dict:
-    return yaml.safe_load((LAB_INVENTORY / "hosts.yml").read_text())["all"]
-
-
-def group_hosts(group: dict) -> list[str]:
-    hosts = list((group.get("hosts") or {}).keys())
-    for child in (group.get("children") or {}).values():
-        hosts += group_hosts(child or {})
-    return hosts
-
-
-INV = lab_inventory()
-CONTROL_PLANES = group_hosts(INV["children"]["k8s_control_plane"])
-WORKERS = group_hosts(INV["children"]["k8s_worker"])
-LAB_NAME = INV["vars"]["lab_name"]
+TIMINGS = REPO / ".cache" / "k8s-timings.json"
 K8S_VARS = yaml.safe_load((LAB_INVENTORY / "group_vars" / "all" / "k8s.yml").read_text())
 VIP = K8S_VARS["k8s_control_plane_vip"]
 VIP_URL = f"https://{VIP}:8443/readyz"
-
-
-def on(host: str, command: str, timeout: int = 120) -> subprocess.CompletedProcess:
-    """A command on a lab node over SSH, as Ansible reaches it."""
-    return sh(*LABCTL, "-i", LAB_INVENTORY / "hosts.yml", "ssh", host, command, timeout=timeout)
-
-
-def kubectl_json(host: str, args: str) -> dict:
-    proc = on(host, f"kubectl --kubeconfig /etc/kubernetes/admin.conf {args} -o json")
-    assert proc.returncode == 0, f"kubectl {args} on {host}:\n{tail(proc)}"
-    return json.loads(proc.stdout)
 
 
 def vip_ready(timeout: float = 3.0) -> bool:
@@ -115,10 +61,10 @@ def record(key: str, seconds: float) -> None:
 
 
 def etcd_members(host: str) -> tuple[list[dict], list[dict]]:
-    etcdctl = ("kubectl --kubeconfig /etc/kubernetes/admin.conf -n kube-system exec etcd-{h} -- "
+    etcdctl = (f"{KUBECTL} -n kube-system exec etcd-{host} -- "
                "etcdctl --endpoints=https://127.0.0.1:2379 --cacert=/etc/kubernetes/pki/etcd/ca.crt "
                "--cert=/etc/kubernetes/pki/etcd/healthcheck-client.crt "
-               "--key=/etc/kubernetes/pki/etcd/healthcheck-client.key ").format(h=host)
+               "--key=/etc/kubernetes/pki/etcd/healthcheck-client.key ")
     members = on(host, etcdctl + "member list -w json")
     assert members.returncode == 0, f"etcdctl member list on {host}:\n{tail(members)}"
     health = on(host, etcdctl + "endpoint health --cluster -w json")
@@ -126,47 +72,15 @@ def etcd_members(host: str) -> tuple[list[dict], list[dict]]:
     return json.loads(members.stdout)["members"], json.loads(health.stdout)
 
 
-def wait_nodes_ready(host: str, timeout: int = 600) -> list[str]:
-    deadline = time.monotonic() + timeout
-    not_ready: list[str] = []
-    while time.monotonic() < deadline:
-        proc = on(host, "kubectl --kubeconfig /etc/kubernetes/admin.conf get nodes -o json")
-        if proc.returncode == 0:
-            nodes = json.loads(proc.stdout)["items"]
-            ready = {n["metadata"]["name"] for n in nodes
-                     if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"]["conditions"])}
-            not_ready = sorted(set(CONTROL_PLANES + WORKERS) - ready)
-            if not not_ready:
-                return []
-        time.sleep(5)
-    return not_ready
-
-
 @pytest.fixture(scope="module")
-def cluster():
-    if not OVERLAY.is_file():
-        pytest.fail(f"no lab artifact overlay at {OVERLAY}: build and publish the lab's Kubernetes "
-                    "artifacts first (bash lab/k8s/build.sh && python lab/mirror/mirror.py up)")
-    status = sh(sys.executable, REPO / "lab" / "mirror" / "mirror.py", "status", timeout=300)
-    assert status.returncode == 0, f"the lab mirror does not serve every artifact:\n{tail(status)}"
-    # Every node's kubelet, containerd and kube-proxy take inotify instances from the same
-    # host-wide per-user limit (128 by default): "too many open files" otherwise.
-    instances = int(Path("/proc/sys/fs/inotify/max_user_instances").read_text())
-    if instances < 1024:
-        pytest.fail(f"fs.inotify.max_user_instances is {instances} on this host: six kubelets need more "
-                    "(sysctl -w fs.inotify.max_user_instances=8192 fs.inotify.max_user_watches=524288)")
-    sh(*LABCTL, "-i", LAB_INVENTORY / "hosts.yml", "up", check=True)
-    t0 = time.monotonic()
-    first = sh("ansible-playbook", "-i", LAB_INVENTORY, SITE)
-    record("site_first_run_s", time.monotonic() - t0)
-    assert first.returncode == 0, f"first site.yml run failed:\n{tail(first, 150)}"
-    yield first
-    if os.environ.get("AI_L1_KEEP_LAB") != "1":
-        sh(*LABCTL, "-i", LAB_INVENTORY / "hosts.yml", "down", check=True)
+def cluster(k8s_cluster):
+    if k8s_cluster.first_run_s is not None:
+        record("site_first_run_s", k8s_cluster.first_run_s)
+    return k8s_cluster
 
 
 def test_every_node_is_ready(cluster):
-    nodes = kubectl_json(CONTROL_PLANES[0], "get nodes")["items"]
+    nodes = kubectl_json("get nodes")["items"]
     names = sorted(n["metadata"]["name"] for n in nodes)
     assert names == sorted(CONTROL_PLANES + WORKERS)
     for node in nodes:

@@ -73,13 +73,9 @@ def leftovers(lab_name: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def lab():
-    proc = sh(*LABCTL, "up")
-    assert proc.returncode == 0, f"labctl up failed:\n{tail(proc)}"
-    yield
-    if os.environ.get("AI_L1_KEEP_LAB") != "1":
-        down = sh(*LABCTL, "down")
-        assert down.returncode == 0, f"labctl down failed:\n{tail(down)}"
+def lab(lab_nodes):
+    """The shared lab (tests/integration/conftest.py), removed at the end of the session."""
+    return lab_nodes
 
 
 def test_failed_profile_hook_leaves_no_node_behind():
