@@ -331,7 +331,8 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _download(url: str, dest: Path, sha: str) -> None:
+def download(url: str, dest: Path, sha: str) -> None:
+    """Download url to dest unless a file with that sha256 is there; refuse a mismatch."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     if dest.exists() and sha256_file(dest) == sha:
         return
@@ -395,7 +396,7 @@ def bundle(manifest: Manifest, arch: str, out: Path, *, files_mirror: str | None
             entry["bundle_path"] = str(dest.relative_to(out))
         else:
             dest = out / "files" / entry["mirror_path"]
-            _download(entry["url"], dest, entry["sha256"])
+            download(entry["url"], dest, entry["sha256"])
             entry["bundle_path"] = str(dest.relative_to(out))
     (out / "manifest.resolved.json").write_text(json.dumps(
         {"arch": arch, "artifacts": entries}, indent=2, sort_keys=True) + "\n")

@@ -43,6 +43,9 @@ RUN = ROOT / "run"
 OVERLAY = ROOT / "lab-overlay.yml"
 STATE = ROOT / "pushed.json"
 BUILD_RECORD = CACHE / "k8s" / "lab-build.json"
+# Upstream files the lab does not build (manifest artifacts with an upstream checksum, such as
+# pure-Python wheels): downloaded once from upstream (or put there by `make lab-supplies`).
+SUPPLIES = CACHE / "wheels"
 HOST = os.environ.get("AI_L1_MIRROR_HOST", "10.89.100.1")
 LISTEN = os.environ.get("AI_L1_MIRROR_LISTEN", "0.0.0.0")
 FILES_PORT = int(os.environ.get("AI_L1_FILES_PORT", "8080"))
@@ -264,6 +267,15 @@ def publish(manifest: manifestlib.Manifest, record: dict) -> dict:
         if name in not_built:
             continue
         built = record["artifacts"].get(name)
+        if not built and not art.is_image and arch in art.sha256:
+            # Upstream file with an upstream checksum: published as is; the manifest's
+            # checksum stays in force (no overlay entry).
+            entry = resolved[name]
+            src = SUPPLIES / Path(entry["mirror_path"]).name
+            manifestlib.download(entry["upstream"], src, art.sha256[arch])  # no-op when in place
+            if publish_file(src, entry["mirror_path"])[1]:
+                changed.append(name)
+            continue
         if not built or built["version"] != art.version:
             raise MirrorError(f"artifact '{name}' {art.version}: not built for this version; "
                               "run bash lab/k8s/build.sh first")
