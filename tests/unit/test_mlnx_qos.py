@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.ai_platform.l1.plugins.module_utils import mlnx_qos as qos
 from ansible_collections.ai_platform.l1.plugins.modules import mlnx_qos
 
@@ -69,17 +68,9 @@ def port(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def run(capsys, port):
-    def _run(check_mode=False, diff=True, **args):
-        args = dict({"interface": "ens1f0", "mlnx_qos_path": str(FAKE)}, **args)
-        if check_mode:
-            args["_ansible_check_mode"] = True
-        args["_ansible_diff"] = diff
-        with patch_module_args(args), pytest.raises(SystemExit) as exc:
-            mlnx_qos.main()
-        result = json.loads(capsys.readouterr().out)
-        result["_rc"] = exc.value.code
-        return result
+def run(run_module, port):
+    def _run(**args):
+        return run_module(mlnx_qos, **dict({"interface": "ens1f0", "mlnx_qos_path": str(FAKE)}, **args))
     return _run
 
 

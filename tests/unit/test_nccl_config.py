@@ -1,12 +1,10 @@
 """ai_platform.l1.nccl_config and roce_sysfs on the a100 profile's fake sysfs tree (with its RoCE parts)."""
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.ai_platform.l1.plugins.modules import nccl_config, roce_sysfs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,17 +20,8 @@ def sysfs(tmp_path):
 
 
 @pytest.fixture
-def run(capsys):
-    def _run(module, check_mode=False, **args):
-        args = dict(args, _ansible_diff=True)
-        if check_mode:
-            args["_ansible_check_mode"] = True
-        with patch_module_args(args), pytest.raises(SystemExit) as exc:
-            module.main()
-        result = json.loads(capsys.readouterr().out)
-        result["_rc"] = exc.value.code
-        return result
-    return _run
+def run(run_module):
+    return run_module
 
 
 def test_nccl_conf_from_the_host(run, sysfs, tmp_path):

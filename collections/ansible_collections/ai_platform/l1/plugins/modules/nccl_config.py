@@ -79,6 +79,7 @@ import re
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.ai_platform.l1.plugins.module_utils import rdma_sysfs
 
 TUNED = {
     'NCCL_IB_DISABLE': '0',
@@ -94,32 +95,21 @@ HEADER = '# Managed by Ansible (ai_platform.l1.nccl_config); NCCL_DEBUG belongs 
 _IPV4_MAPPED = re.compile(r'^0000:0000:0000:0000:0000:ffff:[0-9a-f]{4}:[0-9a-f]{4}$')
 
 
-def _read(path):
-    try:
-        with open(path) as handle:
-            return handle.read().strip()
-    except (IOError, OSError):
-        return None
-
-
 def discover(sysfs_root):
     """[(ib, netdev, active, link_layer, roce_v2_ipv4_gid_index or None)] for every RDMA device."""
-    base = os.path.join(sysfs_root, 'class', 'infiniband')
     out = []
-    for ib in sorted(os.listdir(base)) if os.path.isdir(base) else []:
-        port = os.path.join(base, ib, 'ports', '1')
-        netdir = os.path.join(base, ib, 'device', 'net')
-        netdevs = sorted(os.listdir(netdir)) if os.path.isdir(netdir) else []
-        state = _read(os.path.join(port, 'state')) or ''
+    for ib, netdevs in rdma_sysfs.ib_netdevs(sysfs_root):
+        port = os.path.join(sysfs_root, 'class', 'infiniband', ib, 'ports', '1')
+        state = rdma_sysfs.read_value(os.path.join(port, 'state')) or ''
         gid_index = None
         gids = os.path.join(port, 'gids')
         for n in sorted((int(x) for x in os.listdir(gids) if x.isdigit()) if os.path.isdir(gids) else []):
-            kind = _read(os.path.join(port, 'gid_attrs', 'types', str(n)))
-            if kind == 'RoCE v2' and _IPV4_MAPPED.match(_read(os.path.join(gids, str(n))) or ''):
+            kind = rdma_sysfs.read_value(os.path.join(port, 'gid_attrs', 'types', str(n)))
+            if kind == 'RoCE v2' and _IPV4_MAPPED.match(rdma_sysfs.read_value(os.path.join(gids, str(n))) or ''):
                 gid_index = n
                 break
         out.append(dict(ib=ib, netdev=netdevs[0] if netdevs else None, active='ACTIVE' in state,
-                        link_layer=_read(os.path.join(port, 'link_layer')) or '', gid_index=gid_index))
+                        link_layer=rdma_sysfs.read_value(os.path.join(port, 'link_layer')) or '', gid_index=gid_index))
     return out
 
 

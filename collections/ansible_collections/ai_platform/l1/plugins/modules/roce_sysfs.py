@@ -78,22 +78,7 @@ import errno
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-
-
-def _read(path):
-    try:
-        with open(path) as handle:
-            return handle.read().strip()
-    except (IOError, OSError):
-        return None
-
-
-def ib_device(sysfs_root, interface):
-    base = os.path.join(sysfs_root, 'class', 'infiniband')
-    for ib in sorted(os.listdir(base)) if os.path.isdir(base) else []:
-        if os.path.isdir(os.path.join(base, ib, 'device', 'net', interface)):
-            return ib
-    return None
+from ansible_collections.ai_platform.l1.plugins.module_utils import rdma_sysfs
 
 
 def wanted_files(p, ib):
@@ -129,7 +114,7 @@ def main():
         if p[key] is not None and not 0 <= p[key] <= 255:
             module.fail_json(msg='%s must be 0..255, got %d' % (key, p[key]), changes=[])
 
-    ib = ib_device(p['sysfs_root'], p['interface'])
+    ib = rdma_sysfs.ib_device_of(p['sysfs_root'], p['interface'])
     if ib is None:
         module.fail_json(msg='%s is not the interface of any RDMA device under %s/class/infiniband'
                          % (p['interface'], p['sysfs_root']), changes=[])
@@ -140,7 +125,7 @@ def main():
 
     before, after, changes = {}, {}, []
     for path, value in sorted(wanted_files(p, ib).items()):
-        old = _read(path)
+        old = rdma_sysfs.read_value(path)
         before[path], after[path] = old, value
         if old == value:
             continue
@@ -157,8 +142,9 @@ def main():
         except (IOError, OSError) as exc:
             hint = ' (is configfs mounted and rdma_cm loaded?)' if exc.errno == errno.ENOENT else ''
             module.fail_json(msg='cannot write %s to %s: %s%s' % (value, path, exc, hint), changes=changes)
-        if _read(path) != value:
-            module.fail_json(msg='%s reads %s after writing %s' % (path, _read(path), value), changes=changes)
+        got = rdma_sysfs.read_value(path)
+        if got != value:
+            module.fail_json(msg='%s reads %s after writing %s' % (path, got, value), changes=changes)
     result = dict(changed=bool(changes), ib_device=ib, changes=changes)
     if module._diff:
         result['diff'] = dict(before=''.join('%s = %s\n' % kv for kv in sorted(before.items())),

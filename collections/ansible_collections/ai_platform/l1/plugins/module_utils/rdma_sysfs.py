@@ -1,0 +1,38 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2025, ai_platform L1 authors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Reading the RDMA parts of sysfs: attribute values and which netdev belongs to which RDMA device.
+
+Shared by roce_sysfs and nccl_config, which both look under <sysfs_root>/class/infiniband.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def read_value(path):
+    """The stripped content of a sysfs attribute, or None when it cannot be read."""
+    try:
+        with open(path) as handle:
+            return handle.read().strip()
+    except (IOError, OSError):
+        return None
+
+
+def ib_netdevs(sysfs_root):
+    """[(rdma device, sorted netdevs of that device)] for every device under class/infiniband, sorted."""
+    base = os.path.join(sysfs_root, 'class', 'infiniband')
+    out = []
+    for ib in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+        netdir = os.path.join(base, ib, 'device', 'net')
+        out.append((ib, sorted(os.listdir(netdir)) if os.path.isdir(netdir) else []))
+    return out
+
+
+def ib_device_of(sysfs_root, interface):
+    """The RDMA device whose device/net holds the interface, or None."""
+    for ib, netdevs in ib_netdevs(sysfs_root):
+        if interface in netdevs:
+            return ib
+    return None

@@ -1,0 +1,57 @@
+"""Shared unit-test helpers (RDMA area: mlnx_qos, roce_sysfs, nccl_config, switch_roce tests).
+
+- `run_module`: runs a collection module's main() in-process with the arguments a task passes,
+  and returns its JSON result with `_rc` (exit code) and `_out` (raw stdout) added.
+- `switch_pair`: a simulated Onyx switch (leaf1, user admin) and a simulated Cumulus NVUE switch
+  (leaf2, user cumulus) over SSH from tests/hardware/switch; the password is the test module's
+  PASSWORD. `switch_spec` turns one of them into a switch_roce `switches` entry.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests/hardware/switch"))
+from fake_switch import FakeSwitch  # noqa: E402
+
+
+@pytest.fixture
+def run_module(capsys):
+    def _run(module, check_mode=False, diff=True, **args):
+        args = dict(args, _ansible_diff=diff)
+        if check_mode:
+            args["_ansible_check_mode"] = True
+        with patch_module_args(args), pytest.raises(SystemExit) as exc:
+            module.main()
+        out = capsys.readouterr().out
+        result = json.loads(out)
+        result["_rc"] = exc.value.code
+        result["_out"] = out
+        return result
+    return _run
+
+
+@pytest.fixture
+def switch_pair(request):
+    password = request.module.PASSWORD
+    onyx = FakeSwitch("onyx", host="leaf1", password=password)
+    nvue = FakeSwitch("cumulus", host="leaf2", username="cumulus", password=password)
+    onyx.start()
+    nvue.start()
+    yield onyx, nvue
+    onyx.stop()
+    nvue.stop()
+
+
+@pytest.fixture
+def switch_spec(request):
+    """Function making a switch_roce `switches` entry for a running fake switch."""
+    def _spec(sw, **kw):
+        dtype = "mellanox_mlnxos" if sw.state.kind == "onyx" else "cumulus_linux"
+        return dict(dict(name=sw.state.host, host="127.0.0.1", port=sw.port, device_type=dtype,
+                         username=sw.username, password=request.module.PASSWORD), **kw)
+    return _spec
