@@ -8,7 +8,10 @@
  * The format is described in tests/hardware/nvml/README.md.
  *
  * The scenario is read at nvmlInit time, so one process sees one consistent
- * machine.
+ * machine. Then the state file ($AI_L1_FAKE_NVML_STATE, default
+ * /var/lib/ai-l1-fake/nvml-state; same format, last definition wins) is read
+ * over it: the fake nvidia-smi appends MIG mode and GPU instance changes there,
+ * so `nvidia-smi -mig 1` and `nvidia-smi mig -cgi` persist across processes.
  */
 #include <ctype.h>
 #include <stdarg.h>
@@ -41,6 +44,7 @@ enum {
 #define MAX_PROFILES 32
 #define MAX_INSTANCES 16
 #define MAX_LINKS 36
+#define MAX_PROCS 16
 
 /* ---- ABI structs (layouts as in nvml.h / pynvml.py) ---- */
 typedef struct {
@@ -138,6 +142,9 @@ struct fake_gpu {
     struct mig_profile profiles[MAX_PROFILES];
     struct fake_gi gis[MAX_INSTANCES];
     int n_gis;
+    unsigned int proc_pid[MAX_PROCS];
+    unsigned long long proc_used_mib[MAX_PROCS];
+    int n_procs;
     int nvlink_links, nvlink_active, nvlink_remote_type;
     unsigned long long ecc_sbe_volatile, ecc_sbe_aggregate, ecc_dbe_volatile, ecc_dbe_aggregate;
     unsigned int rr_correctable, rr_uncorrectable, rr_pending, rr_failure;
@@ -385,6 +392,23 @@ static void load_gpu(int i)
             warn("gpu %d: bad %s '%s'", i, buf, v);
         }
     }
+    for (int n = 0; n < MAX_PROCS; n++) {
+        snprintf(buf, sizeof buf, "process.%d", n);
+        const char *v = gpu_lookup(i, buf);
+        if (!v || !*v)
+            continue;
+        /* pid,name,used MiB (the name is for nvidia-smi's process table only) */
+        unsigned int pid;
+        char pname[96];
+        unsigned long long used = 0;
+        if (sscanf(v, "%u,%95[^,],%llu", &pid, pname, &used) >= 1) {
+            g->proc_pid[g->n_procs] = pid;
+            g->proc_used_mib[g->n_procs] = used;
+            g->n_procs++;
+        } else {
+            warn("gpu %d: bad %s '%s'", i, buf, v);
+        }
+    }
     g->nvlink_links = (int)gpu_num(i, "nvlink_links", 0);
     if (g->nvlink_links > MAX_LINKS)
         g->nvlink_links = MAX_LINKS;
@@ -413,6 +437,8 @@ static nvmlReturn_t load(void)
         warn("scenario file %s not readable", path);
         return NVML_ERROR_DRIVER_NOT_LOADED;
     }
+    const char *state = getenv("AI_L1_FAKE_NVML_STATE");
+    read_scenario(state && *state ? state : "/var/lib/ai-l1-fake/nvml-state"); /* optional */
     g_init_error = parse_error(lookup("init_error"));
     if (g_init_error)
         return g_init_error;
@@ -881,6 +907,40 @@ EXPORT nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gi, nvmlGpuInstance
     info->placement.start = gi->start;
     info->placement.size = gi->size;
     return NVML_SUCCESS;
+}
+
+/* ---- processes (nvmlProcessInfo_v2_t: the _v2 and _v3 calls share it) ---- */
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlProcessInfo_t;
+
+static nvmlReturn_t procs(nvmlDevice_t d, unsigned int *count, nvmlProcessInfo_t *infos)
+{
+    CHECK_DEV(d);
+    if (!count)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int room = *count;
+    *count = (unsigned int)d->n_procs;
+    if (room < (unsigned int)d->n_procs || (!infos && d->n_procs))
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    for (int i = 0; i < d->n_procs; i++) {
+        infos[i].pid = d->proc_pid[i];
+        infos[i].usedGpuMemory = d->proc_used_mib[i] << 20;
+        infos[i].gpuInstanceId = infos[i].computeInstanceId = 0xFFFFFFFFu;
+    }
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *c, nvmlProcessInfo_t *p)
+{
+    return procs(d, c, p);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t d, unsigned int *c, nvmlProcessInfo_t *p)
+{
+    return procs(d, c, p);
 }
 
 /* ---- NVLink / topology ---- */
