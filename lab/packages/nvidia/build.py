@@ -1,0 +1,240 @@
+#!/usr/bin/env python3
+"""Build the lab's NVIDIA vendor repositories and publish them on the lab's file mirror.
+
+    python lab/packages/nvidia/build.py          # build (cached) and publish; prints the URLs
+
+Two signed flat APT repositories, laid out as the files mirror maps upstream URLs
+(http://<mirror>/<upstream host>/<upstream path>, see lab/mirror/mirror.py):
+
+  developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/   (the CUDA repository)
+      nvidia-driver, nvidia-kernel-dkms, libnvidia-ml1, nvidia-smi, nvidia-persistenced,
+      nvidia-fabricmanager-<branch>   for every version in DRIVERS
+      datacenter-gpu-manager, datacenter-gpu-manager-exporter
+  nvidia.github.io/libnvidia-container/stable/deb/amd64/              (the toolkit repository)
+      nvidia-container-toolkit
+
+Each repository carries the lab's signing key as ai-l1-lab-packages.asc. The packages install
+the simulated driver of tests/hardware/nvml (fake libnvidia-ml.so.1 and nvidia-smi) and lab
+fakes of the daemons and tools (lab/packages/nvidia/files). Installing nvidia-kernel-dkms
+stands for loading its kernel module: it sets the driver version the fake NVML reports to
+the package's version, so a role's verify step reads back what it installed.
+
+Output is cached under $AI_L1_CACHE/packages/nvidia-<hash of every input>; a warm run only
+re-links the published tree.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO_ROOT = HERE.parents[2]
+sys.path.insert(0, str(HERE.parent))
+import debrepo  # noqa: E402
+
+FILES = HERE / "files"
+NVML = REPO_ROOT / "tests" / "hardware" / "nvml"
+FAKE_EXPORTER = REPO_ROOT / "tests" / "hardware" / "dcgm" / "fake_dcgm_exporter.py"
+MIRROR_FILES = debrepo.CACHE / "mirror" / "files"
+CUDA_PATH = "developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64"
+TOOLKIT_PATH = "nvidia.github.io/libnvidia-container/stable/deb/amd64"
+KEY_NAME = "ai-l1-lab-packages.asc"
+ARCH = "amd64"
+LIBDIR = "usr/lib/x86_64-linux-gnu"
+MAINTAINER = "ai_platform L1 lab <lab-packages@ai-l1.invalid>"
+
+# Driver versions in the lab's CUDA repository: two in branch 550 (pin and upgrade), one in 535.
+# value: the CUDA driver API version the fake reports (nvmlSystemGetCudaDriverVersion).
+DRIVERS = {"535.183.01": 12020, "550.54.15": 12040, "550.127.05": 12040}
+DCGM_VERSION = "1:3.3.9"
+EXPORTER_VERSION = "3.3.9-3.6.1-1"
+TOOLKIT_VERSION = "1.17.8-1"
+
+UNIT = """[Unit]
+Description={desc} (lab fake)
+{after}
+[Service]
+Type=simple
+ExecStart={exec}
+Restart=on-failure
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+DAEMON = """#!/bin/sh
+# Lab fake of {name}: stays up like the real daemon and does nothing else.
+[ "$1" = "--version" ] && {{ echo "{name}: version {version}"; exit 0; }}
+exec sleep infinity
+"""
+
+# What a reboot into the new kernel module does on hardware: the (fake) NVML now reports it.
+DKMS_POSTINST = """#!/bin/sh
+set -e
+if [ "$1" = configure ]; then
+    if command -v dkms >/dev/null 2>&1 && ! dkms status -m nvidia -v {version} | grep -q .; then
+        dkms add -m nvidia -v {version} >/dev/null 2>&1 || true
+    fi
+    scenario=/etc/ai-l1-fake/nvml-scenario
+    if [ -f "$scenario" ]; then
+        sed -i -e '/^driver_version=/d' -e '/^cuda_driver_version=/d' "$scenario"
+        printf 'driver_version=%s\\ncuda_driver_version=%s\\n' {version} {cuda} >> "$scenario"
+    fi
+fi
+"""
+
+LDCONFIG = "#!/bin/sh\nset -e\n[ \"$1\" = configure ] && ldconfig\nexit 0\n"
+SYSTEMD_POSTINST = """#!/bin/sh
+set -e
+if [ "$1" = configure ] && [ -d /run/systemd/system ]; then
+    systemctl daemon-reload >/dev/null 2>&1 || true
+    systemctl try-restart {unit} >/dev/null 2>&1 || true
+fi
+"""
+
+
+def control(name: str, version: str, desc: str, depends: str = "", **extra: str) -> dict[str, str]:
+    return {"Package": name, "Version": version, "Architecture": ARCH, "Maintainer": MAINTAINER,
+            "Section": "non-free/libs", "Priority": "optional", "Depends": depends, **extra,
+            "Description": f"{desc} (ai_platform L1 lab fake)"}
+
+
+def put(stage: Path, rel: str, src: Path | None = None, text: str | None = None, mode: int = 0o644) -> None:
+    dest = stage / rel
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if src is not None:
+        shutil.copyfile(src, dest)
+    else:
+        dest.write_text(text or "")
+    dest.chmod(mode)
+
+
+def service_pkg(work: Path, out: Path, name: str, version: str, desc: str, unit: str, binary: str,
+                exec_line: str, depends: str = "", after: str = "", **extra: str) -> Path:
+    stage = work / f"{name}_{version}"
+    put(stage, f"usr/bin/{binary}", text=DAEMON.format(name=binary, version=version.split(":")[-1]), mode=0o755)
+    put(stage, f"lib/systemd/system/{unit}.service",
+        text=UNIT.format(desc=desc, exec=exec_line, after=after))
+    return debrepo.build_deb(stage, control(name, version, desc, depends, **extra), out,
+                             {"postinst": SYSTEMD_POSTINST.format(unit=unit)})
+
+
+def driver_pkgs(work: Path, out: Path, nvml: Path, version: str, cuda: int) -> list[Path]:
+    v = f"{version}-1"
+    branch = version.split(".")[0]
+    debs = []
+    stage = work / f"kernel-dkms_{v}"
+    put(stage, f"usr/src/nvidia-{version}/dkms.conf",
+        text=f'PACKAGE_NAME="nvidia"\nPACKAGE_VERSION="{version}"\nBUILT_MODULE_NAME[0]="nvidia"\n'
+             'DEST_MODULE_LOCATION[0]="/updates/dkms"\nAUTOINSTALL="yes"\n')
+    debs.append(debrepo.build_deb(stage, control("nvidia-kernel-dkms", v, "NVIDIA kernel module (DKMS source)",
+                                                 Provides=f"nvidia-kernel-{version}"), out,
+                                  {"postinst": DKMS_POSTINST.format(version=version, cuda=cuda)}))
+    stage = work / f"libnvidia-ml1_{v}"
+    put(stage, f"{LIBDIR}/libnvidia-ml.so.{version}", nvml / "libnvidia-ml.so.1", mode=0o755)
+    (stage / LIBDIR / "libnvidia-ml.so.1").symlink_to(f"libnvidia-ml.so.{version}")
+    debs.append(debrepo.build_deb(stage, control("libnvidia-ml1", v, "NVIDIA Management Library (NVML)"), out,
+                                  {"postinst": LDCONFIG, "postrm": LDCONFIG.replace("configure", "remove")}))
+    stage = work / f"nvidia-smi_{v}"
+    put(stage, "usr/bin/nvidia-smi", nvml / "nvidia-smi", mode=0o755)
+    debs.append(debrepo.build_deb(stage, control("nvidia-smi", v, "NVIDIA System Management Interface",
+                                                 f"libnvidia-ml1 (= {v})"), out))
+    stage = work / f"nvidia-driver_{v}"
+    stage.mkdir(parents=True, exist_ok=True)
+    debs.append(debrepo.build_deb(stage, control(
+        "nvidia-driver", v, "NVIDIA driver metapackage",
+        f"nvidia-kernel-dkms (= {v}), libnvidia-ml1 (= {v}), nvidia-smi (= {v})", Section="non-free/kernel"), out))
+    debs.append(service_pkg(work, out, "nvidia-persistenced", v, "NVIDIA persistence daemon", "nvidia-persistenced",
+                            "nvidia-persistenced", "/usr/bin/nvidia-persistenced --user root"))
+    debs.append(service_pkg(work, out, f"nvidia-fabricmanager-{branch}", v, "NVIDIA fabric manager",
+                            "nvidia-fabricmanager", "nv-fabricmanager",
+                            "/usr/bin/nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.cfg",
+                            f"nvidia-kernel-{version}", Provides="nvidia-fabricmanager",
+                            Conflicts="nvidia-fabricmanager", Replaces="nvidia-fabricmanager"))
+    return debs
+
+
+def dcgm_pkgs(work: Path, out: Path) -> list[Path]:
+    debs = [service_pkg(work, out, "datacenter-gpu-manager", DCGM_VERSION, "NVIDIA DCGM host engine", "nvidia-dcgm",
+                        "nv-hostengine", "/usr/bin/nv-hostengine -n --service-account nvidia-dcgm",
+                        "libnvidia-ml1")]
+    stage = work / "dcgm-exporter"
+    put(stage, "usr/bin/dcgm-exporter", FILES / "dcgm-exporter", mode=0o755)
+    put(stage, "usr/lib/dcgm-exporter/fake_dcgm_exporter.py", FAKE_EXPORTER)
+    # The exporter's own default counters: no ECC, no row-remap counters (as upstream's default).
+    put(stage, "etc/dcgm-exporter/default-counters.csv",
+        text="DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n"
+             "DCGM_FI_DEV_POWER_USAGE, gauge, Power draw (in W).\n"
+             "DCGM_FI_DEV_FB_USED, gauge, Framebuffer memory used (in MiB).\n"
+             "DCGM_FI_DEV_XID_ERRORS, gauge, Value of the last XID error encountered.\n")
+    put(stage, "lib/systemd/system/dcgm-exporter.service",
+        text=UNIT.format(desc="NVIDIA DCGM exporter", after="After=nvidia-dcgm.service\n",
+                         exec="/usr/bin/dcgm-exporter -f /etc/dcgm-exporter/default-counters.csv -a :9400"))
+    debs.append(debrepo.build_deb(stage, control("datacenter-gpu-manager-exporter", EXPORTER_VERSION,
+                                                 "NVIDIA DCGM exporter for Prometheus",
+                                                 "datacenter-gpu-manager, python3"), out,
+                                  {"postinst": SYSTEMD_POSTINST.format(unit="dcgm-exporter")}))
+    return debs
+
+
+def toolkit_pkgs(work: Path, out: Path) -> list[Path]:
+    stage = work / "toolkit"
+    upstream = TOOLKIT_VERSION.rsplit("-", 1)[0]
+    put(stage, "usr/bin/nvidia-ctk", text=(FILES / "nvidia-ctk").read_text().replace("@VERSION@", upstream),
+        mode=0o755)
+    put(stage, "usr/bin/nvidia-container-runtime",
+        text='#!/bin/sh\n# Lab fake: the NVIDIA runtime shim hands every call to runc.\nexec runc "$@"\n', mode=0o755)
+    put(stage, "usr/bin/nvidia-cdi-hook", text="#!/bin/sh\nexit 0\n", mode=0o755)
+    return [debrepo.build_deb(stage, control("nvidia-container-toolkit", TOOLKIT_VERSION,
+                                             "NVIDIA Container Toolkit", "python3"), out)]
+
+
+def build() -> Path:
+    nvml = Path(subprocess.run(["bash", str(NVML / "build.sh")], capture_output=True, text=True,
+                               check=True).stdout.strip())
+    key = debrepo.tree_hash([HERE, HERE.parent / "debrepo.py", FAKE_EXPORTER, nvml])
+    out = debrepo.CACHE / "packages" / f"nvidia-{key}"
+    if (out / "done").exists():
+        return out
+    with debrepo.locked("packages-nvidia"):
+        if (out / "done").exists():
+            return out
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".nvidia-", dir=out.parent))
+        try:
+            cuda, toolkit, work = tmp / "cuda", tmp / "toolkit", tmp / "work"
+            for d in (cuda, toolkit, work):
+                d.mkdir()
+            debs = [d for ver, api in DRIVERS.items() for d in driver_pkgs(work, cuda, nvml, ver, api)]
+            debs += dcgm_pkgs(work, cuda)
+            debrepo.flat_repo(cuda, debs, "ai-l1 lab NVIDIA CUDA", KEY_NAME)
+            debrepo.flat_repo(toolkit, toolkit_pkgs(work, toolkit), "ai-l1 lab NVIDIA container toolkit", KEY_NAME)
+            shutil.rmtree(work)
+            (tmp / "done").write_text("ok\n")
+            tmp.chmod(0o755)
+            tmp.rename(out)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def main() -> int:
+    try:
+        out = build()
+        changed = [debrepo.publish_tree(out / "cuda", MIRROR_FILES / CUDA_PATH),
+                   debrepo.publish_tree(out / "toolkit", MIRROR_FILES / TOOLKIT_PATH)]
+    except (debrepo.BuildError, subprocess.CalledProcessError, OSError) as exc:
+        print(f"packages/nvidia: FAILED: {exc}", file=sys.stderr)
+        return 1
+    print(f"packages/nvidia: {out} ({'published' if any(changed) else 'already published'})")
+    for path in (CUDA_PATH, TOOLKIT_PATH):
+        print(f"packages/nvidia:   <files mirror>/{path}/  (key {KEY_NAME})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
