@@ -25,10 +25,12 @@ lab-supplies: bootstrap
 	python -m pip download -q --no-deps --only-binary=:all: -d /var/cache/ai-l1/wheels nvidia-ml-py==13.615.71
 
 # The air-gapped supply chain: Kubernetes, etcd, CoreDNS, CNI built from Go modules (cached
-# under /var/cache/ai-l1; about 25 min cold, seconds warm), then served by the local file
-# mirror and registry the lab nodes use.
+# under /var/cache/ai-l1; about 25 min cold, seconds warm), the NVIDIA vendor APT repositories
+# (lab/packages/nvidia, about 3 s cold, 1 s warm), then served by the local file mirror and
+# registry the lab nodes use.
 lab-artifacts: bootstrap
 	bash lab/k8s/build.sh
+	python lab/packages/nvidia/build.py
 	python lab/mirror/mirror.py up
 
 lab-up: bootstrap
