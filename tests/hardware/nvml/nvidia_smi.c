@@ -91,6 +91,8 @@ static int field(nvmlDevice_t d, unsigned int idx, unsigned int count, const cha
         snprintf(out, n, "%s", nvmlDeviceGetSerial(d, s, sizeof s) ? NA : s);
     else if (!strcmp(f, "pci.bus_id") || !strcmp(f, "gpu_bus_id"))
         snprintf(out, n, "%s", nvmlDeviceGetPciInfo_v3(d, &pci) ? NA : pci.busId);
+    else if (!strcmp(f, "pci.device_id"))
+        snprintf(out, n, "%s", nvmlDeviceGetPciInfo_v3(d, &pci) ? NA : (snprintf(s, sizeof s, "0x%08X", pci.pciDeviceId), s));
     else if (!strcmp(f, "driver_version"))
         snprintf(out, n, "%s", g_driver);
     else if (!strncmp(f, "memory.", 7)) {
