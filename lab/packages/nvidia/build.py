@@ -113,10 +113,11 @@ def put(stage: Path, rel: str, src: Path | None = None, text: str | None = None,
     dest.chmod(mode)
 
 
-def service_pkg(work: Path, out: Path, name: str, version: str, desc: str, unit: str, binary: str,
+def service_pkg(work: Path, out: Path, name: str, version: str, desc: str, *, unit: str, binary: str,
                 exec_line: str, depends: str = "", after: str = "", **extra: str) -> Path:
     stage = work / f"{name}_{version}"
-    put(stage, f"usr/bin/{binary}", text=DAEMON.format(name=binary, version=version.split(":")[-1]), mode=0o755)
+    upstream = version.rsplit(":", maxsplit=1)[-1]
+    put(stage, f"usr/bin/{binary}", text=DAEMON.format(name=binary, version=upstream), mode=0o755)
     put(stage, f"lib/systemd/system/{unit}.service",
         text=UNIT.format(desc=desc, exec=exec_line, after=after))
     return debrepo.build_deb(stage, control(name, version, desc, depends, **extra), out,
@@ -125,7 +126,7 @@ def service_pkg(work: Path, out: Path, name: str, version: str, desc: str, unit:
 
 def driver_pkgs(work: Path, out: Path, nvml: Path, version: str, cuda: int) -> list[Path]:
     v = f"{version}-1"
-    branch = version.split(".")[0]
+    branch = version.split(".", maxsplit=1)[0]
     debs = []
     stage = work / f"kernel-dkms_{v}"
     put(stage, f"usr/src/nvidia-{version}/dkms.conf",
@@ -148,20 +149,21 @@ def driver_pkgs(work: Path, out: Path, nvml: Path, version: str, cuda: int) -> l
     debs.append(debrepo.build_deb(stage, control(
         "nvidia-driver", v, "NVIDIA driver metapackage",
         f"nvidia-kernel-dkms (= {v}), libnvidia-ml1 (= {v}), nvidia-smi (= {v})", Section="non-free/kernel"), out))
-    debs.append(service_pkg(work, out, "nvidia-persistenced", v, "NVIDIA persistence daemon", "nvidia-persistenced",
-                            "nvidia-persistenced", "/usr/bin/nvidia-persistenced --user root"))
+    debs.append(service_pkg(work, out, "nvidia-persistenced", v, "NVIDIA persistence daemon",
+                            unit="nvidia-persistenced",
+                            binary="nvidia-persistenced", exec_line="/usr/bin/nvidia-persistenced --user root"))
     debs.append(service_pkg(work, out, f"nvidia-fabricmanager-{branch}", v, "NVIDIA fabric manager",
-                            "nvidia-fabricmanager", "nv-fabricmanager",
-                            "/usr/bin/nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.cfg",
-                            f"nvidia-kernel-{version}", Provides="nvidia-fabricmanager",
+                            unit="nvidia-fabricmanager", binary="nv-fabricmanager",
+                            exec_line="/usr/bin/nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.cfg",
+                            depends=f"nvidia-kernel-{version}", Provides="nvidia-fabricmanager",
                             Conflicts="nvidia-fabricmanager", Replaces="nvidia-fabricmanager"))
     return debs
 
 
 def dcgm_pkgs(work: Path, out: Path) -> list[Path]:
-    debs = [service_pkg(work, out, "datacenter-gpu-manager", DCGM_VERSION, "NVIDIA DCGM host engine", "nvidia-dcgm",
-                        "nv-hostengine", "/usr/bin/nv-hostengine -n --service-account nvidia-dcgm",
-                        "libnvidia-ml1")]
+    debs = [service_pkg(work, out, "datacenter-gpu-manager", DCGM_VERSION, "NVIDIA DCGM host engine",
+                        unit="nvidia-dcgm", binary="nv-hostengine",
+                        exec_line="/usr/bin/nv-hostengine -n --service-account nvidia-dcgm", depends="libnvidia-ml1")]
     stage = work / "dcgm-exporter"
     put(stage, "usr/bin/dcgm-exporter", FILES / "dcgm-exporter", mode=0o755)
     put(stage, "usr/lib/dcgm-exporter/fake_dcgm_exporter.py", FAKE_EXPORTER)
