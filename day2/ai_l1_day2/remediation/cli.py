@@ -1,0 +1,137 @@
+"""`ai-l1-day2 serve` / `ai-l1-remediate`: run the Alertmanager webhook receiver.
+
+    ai-l1-remediate serve --config remediation.yml [--dry-run] [--port N]
+    ai-l1-remediate jobs  --config remediation.yml [--state running]
+    ai-l1-remediate audit --config remediation.yml [--event auth.refused]
+
+Exit codes: 0 stopped cleanly, 2 bad configuration, 3 state directory held by another
+receiver or unusable, 4 Kubernetes credentials unusable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+
+from . import config as config_mod
+from . import logs
+from .executor import SubprocessExecutor
+from .store import Store
+
+LOG = logging.getLogger("ai_l1_day2.remediation")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", "-c", required=True, help="receiver config (YAML); secrets come from the env")
+    parser.add_argument("--dry-run", action="store_true", help="decide and record, never run a playbook")
+    parser.add_argument("--host", help="override listen.host")
+    parser.add_argument("--port", type=int, help="override listen.port (0: any free port, printed on start)")
+
+
+def _load(args) -> config_mod.Config:
+    cfg = config_mod.load(args.config)
+    if getattr(args, "dry_run", False):
+        cfg.dry_run = True
+    if getattr(args, "host", None):
+        cfg.host = args.host
+    if getattr(args, "port", None) is not None:
+        cfg.port = args.port
+    return cfg
+
+
+def serve(args) -> int:
+    from .kube import KubeError, KubeNodes  # noqa: PLC0415
+    from .server import make_server  # noqa: PLC0415
+    from .service import Service  # noqa: PLC0415
+
+    logs.setup()
+    try:
+        cfg = _load(args)
+    except config_mod.ConfigError as exc:
+        logs.log(LOG, logging.ERROR, f"configuration error: {exc}", config=args.config)
+        return 2
+    logging.getLogger().setLevel(cfg.log_level.upper())
+    try:
+        nodes = KubeNodes(cfg.kubeconfig, cfg.kube_context)
+    except KubeError as exc:
+        logs.log(LOG, logging.ERROR, str(exc))
+        return 4
+    try:
+        store = Store(cfg.db_path)
+        service = Service(cfg, store, nodes, SubprocessExecutor(cfg.jobs_dir))
+        service.acquire_state_dir()
+    except (OSError, RuntimeError) as exc:
+        logs.log(LOG, logging.ERROR, f"state directory unusable: {exc}", state_dir=str(cfg.state_dir))
+        return 3
+    server = make_server(service, cfg.host, cfg.port)
+    service.start()
+    host, port = server.server_address[:2]
+    logs.log(LOG, logging.INFO, "listening", host=host, port=port, dry_run=cfg.dry_run, auth=cfg.auth.describe(),
+             state_dir=str(cfg.state_dir), workers=cfg.workers, operation=cfg.operation)
+
+    def stop(signum, _frame):
+        logs.log(LOG, logging.INFO, "stopping", signal=signal.Signals(signum).name)
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        service.stop()
+        server.server_close()
+    return 0
+
+
+def _dump(args, what: str) -> int:
+    try:
+        cfg = _load(args)
+    except config_mod.ConfigError as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return 2
+    store = Store(cfg.db_path)
+    if what == "jobs":
+        rows = store.jobs(state=args.state, node=args.node)
+    else:
+        rows = store.audit_entries(args.event, args.node)
+    print(json.dumps(rows, indent=2, default=str))
+    return 0
+
+
+def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    parser = parser or argparse.ArgumentParser(prog="ai-l1-remediate", description=__doc__,
+                                               formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    register(sub)
+    for name in ("jobs", "audit"):
+        p = sub.add_parser(name, help=f"print the {name} recorded in the store (JSON)")
+        p.add_argument("--config", "-c", required=True)
+        p.add_argument("--node")
+        if name == "jobs":
+            p.add_argument("--state")
+        else:
+            p.add_argument("--event")
+        p.set_defaults(func=lambda a, n=name: _dump(a, n))
+    return parser
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    """Add `serve` to a CLI's subparsers (ai-l1-day2 serve); dispatch through args.func(args)."""
+    p = subparsers.add_parser("serve", help="run the Alertmanager webhook receiver (event-driven remediation)",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(p)
+    p.set_defaults(func=serve)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

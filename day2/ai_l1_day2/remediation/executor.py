@@ -1,0 +1,106 @@
+"""Runs one isolation in its own process, detached from the receiver.
+
+The receiver starts `python -m ai_l1_day2.remediation.execute <job dir>` in a new session:
+a receiver that dies (kill -9, OOM, a redeploy) does not take a half-done drain with it.
+The child calls ai_l1_day2.runner.run_operation with the job's own runs directory, writes
+the ansible-runner ident to <job dir>/ident as soon as the first event names it, and the
+outcome to <job dir>/result.json (written atomically) when the run ends.
+
+A restarted receiver asks `probe()` about each job it finds running: finished (result.json,
+or the run's artifacts status when the child died after ansible-runner finished), still
+alive (the child survived; the receiver waits for it), or dead without an outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding ai_l1_day2/
+
+
+class SubprocessExecutor:
+    def __init__(self, jobs_dir: Path, python: str = sys.executable):
+        self.jobs_dir = Path(jobs_dir)
+        self.python = python
+        self._children: dict[int, subprocess.Popen] = {}
+
+    def job_dir(self, job_id: int) -> Path:
+        return self.jobs_dir / f"job-{job_id:06d}"
+
+    def start(self, job: dict, spec: dict) -> int:
+        jdir = self.job_dir(job["id"])
+        (jdir / "runs").mkdir(parents=True, exist_ok=True)
+        attempt = job["attempts"]
+        spec_path = jdir / f"spec-{attempt}.json"
+        spec_path.write_text(json.dumps(spec, indent=2, sort_keys=True))
+        for stale in ("ident", "result.json"):
+            (jdir / stale).unlink(missing_ok=True)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), env.get("PYTHONPATH")]))
+        with open(jdir / f"execute-{attempt}.log", "ab") as log:
+            proc = subprocess.Popen(  # noqa: S603 (our own interpreter and module)
+                [self.python, "-m", "ai_l1_day2.remediation.execute", str(jdir), str(spec_path)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                start_new_session=True, close_fds=True)
+        self._children[proc.pid] = proc
+        return proc.pid
+
+    def alive(self, job: dict) -> bool:
+        pid = job.get("pid")
+        if not pid:
+            return False
+        child = self._children.get(pid)
+        if child is not None:
+            return child.poll() is None
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return False
+        return str(self.job_dir(job["id"])).encode() in cmdline  # not a recycled pid
+
+    def ident(self, job: dict) -> str | None:
+        try:
+            return (self.job_dir(job["id"]) / "ident").read_text().strip() or None
+        except OSError:
+            return None
+
+    def result(self, job: dict) -> dict | None:
+        """The run's outcome once it is known, from result.json or the artifacts."""
+        jdir = self.job_dir(job["id"])
+        try:
+            return json.loads((jdir / "result.json").read_text())
+        except (OSError, ValueError):
+            pass
+        ident = self.ident(job)
+        for status in sorted((jdir / "runs").rglob("status")):
+            if status.parent.parent.name != "artifacts" or (ident and status.parent.name != ident):
+                continue
+            rc_file = status.parent / "rc"
+            rc = int(rc_file.read_text().strip()) if rc_file.is_file() and rc_file.read_text().strip() else None
+            return {"ident": status.parent.name, "status": status.read_text().strip(), "rc": rc,
+                    "artifacts_dir": str(status.parent), "source": "artifacts"}
+        return None
+
+    def wait(self, job: dict, on_ident, poll_s: float = 0.1) -> dict | None:
+        """Block until the job's process has exited; report the ident once it appears."""
+        seen = None
+        while True:
+            running = self.alive(job)
+            if seen is None:
+                seen = self.ident(job)
+                if seen:
+                    on_ident(seen)
+            if not running:
+                self._children.pop(job.get("pid"), None)
+                return self.result(job)
+            time.sleep(poll_s)
+
+    def runs(self, job_id: int) -> list[str]:
+        """Every ansible-runner ident that ran for this job (its artifacts directories)."""
+        root = self.job_dir(job_id) / "runs"
+        return sorted({p.name for p in root.rglob("*") if p.is_dir() and p.parent.name == "artifacts"})

@@ -1,0 +1,50 @@
+"""The Kubernetes reads (and the one optional write) the receiver does itself, through the
+official client. Everything else happens in the isolation playbook."""
+
+from __future__ import annotations
+
+from .policy import NodeInfo
+
+
+class KubeError(RuntimeError):
+    pass
+
+
+class KubeNodes:
+    def __init__(self, kubeconfig: str | None = None, context: str | None = None):
+        try:
+            from kubernetes import client, config  # noqa: PLC0415 (optional at import time)
+        except ImportError as exc:
+            raise KubeError("the 'kubernetes' Python package is missing (pip install kubernetes)") from exc
+        try:
+            if kubeconfig is None and context is None:
+                try:
+                    config.load_incluster_config()
+                except config.ConfigException:
+                    config.load_kube_config()
+            else:
+                config.load_kube_config(config_file=kubeconfig, context=context)
+        except Exception as exc:
+            raise KubeError(f"cannot load Kubernetes credentials ({kubeconfig or 'in-cluster/~/.kube/config'}): "
+                            f"{exc}") from exc
+        self._api = client.CoreV1Api()
+
+    def nodes(self) -> dict[str, NodeInfo]:
+        try:
+            items = self._api.list_node(_request_timeout=10).items
+        except Exception as exc:
+            raise KubeError(f"listing Nodes failed: {exc}") from exc
+        return {n.metadata.name: _info(n) for n in items}
+
+    def node(self, name: str) -> NodeInfo | None:
+        return self.nodes().get(name)
+
+
+def _info(node) -> NodeInfo:
+    return NodeInfo(
+        name=node.metadata.name,
+        labels=dict(node.metadata.labels or {}),
+        unschedulable=bool(node.spec.unschedulable),
+        taints=tuple(t.key for t in (node.spec.taints or [])),
+        addresses=tuple(a.address for a in (node.status.addresses or [])) if node.status else (),
+    )

@@ -1,0 +1,115 @@
+"""HTTP receiver (stdlib ThreadingHTTPServer). Every request is authenticated; refusals are
+answered 401 and written to the audit log (never with what the client sent as a secret).
+
+    POST /webhook      Alertmanager webhook v4 -> 200 {"decisions": [...]}
+                       400 not a v4 payload, 413 body too large, 503 store or API unavailable
+    GET  /healthz      200 {"status": "ok"}
+    GET  /jobs[?state=&node=]   the job table;  GET /jobs/<id>   one job and its run idents
+    GET  /audit[?event=&node=&since=<id>]       the audit log
+Alertmanager retries on 5xx only: a refused alert (lock, ceiling, rate) is answered 200
+with its decision, so it is not retried; the next notification is judged afresh.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+from .auth import authenticate
+from .logs import log
+from .service import PayloadError, Service
+
+LOG = logging.getLogger("ai_l1_day2.remediation.http")
+MAX_BODY = 1 << 20
+
+
+def make_server(service: Service, host: str, port: int) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "ai-l1-remediate"
+        sys_version = ""
+
+        def log_message(self, fmt, *args):  # access log as JSON, through logging
+            log(LOG, logging.DEBUG, fmt % args, remote=self.client_address[0])
+
+        def _send(self, code: int, body: dict, headers: dict | None = None) -> None:
+            data = json.dumps(body, default=str).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _body(self) -> bytes | None:
+            length = self.headers.get("Content-Length")
+            if length is None or not length.isdigit():
+                self._send(411, {"error": "Content-Length required"})
+                return None
+            if int(length) > MAX_BODY:
+                self._send(413, {"error": f"body larger than {MAX_BODY} bytes"})
+                return None
+            return self.rfile.read(int(length))
+
+        def _authorised(self, body: bytes) -> bool:
+            ok, method, reason = authenticate(service.cfg.auth, self.headers, body)
+            if ok:
+                return True
+            remote = self.client_address[0]
+            service.store.audit("auth.refused", decision="refused", reason=reason, remote=remote,
+                                details={"method": self.command, "path": self.path,
+                                         "user_agent": self.headers.get("User-Agent", "")})
+            log(LOG, logging.WARNING, "unauthenticated request refused", remote=remote, method=self.command,
+                path=self.path, reason=reason)
+            self._send(401, {"error": "unauthorized"}, {"WWW-Authenticate": 'Bearer realm="ai-l1-remediate"'})
+            return False
+
+        def do_POST(self):  # noqa: N802
+            body = self._body()
+            if body is None or not self._authorised(body):
+                return
+            if urlsplit(self.path).path not in ("/webhook", "/alerts"):
+                self._send(404, {"error": f"no such endpoint {self.path}; POST /webhook"})
+                return
+            t0 = time.monotonic()
+            try:
+                payload = json.loads(body)
+                decisions = service.handle_payload(payload, remote=self.client_address[0])
+            except (ValueError, PayloadError) as exc:
+                msg = str(exc) if isinstance(exc, PayloadError) else f"body is not JSON: {exc}"
+                log(LOG, logging.WARNING, "bad webhook payload", remote=self.client_address[0], error=msg)
+                self._send(400, {"error": msg})
+                return
+            except Exception as exc:  # noqa: BLE001 (store or API down: let Alertmanager retry)
+                LOG.exception("webhook not processed", extra={"fields": {"remote": self.client_address[0]}})
+                self._send(503, {"error": f"not processed, retry: {type(exc).__name__}: {exc}"})
+                return
+            self._send(200, {"decisions": decisions, "ms": round((time.monotonic() - t0) * 1000, 1)})
+
+        def do_GET(self):  # noqa: N802
+            if not self._authorised(b""):
+                return
+            url = urlsplit(self.path)
+            query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+            if url.path == "/healthz":
+                self._send(200, {"status": "ok", "owner": service.owner, "dry_run": service.cfg.dry_run})
+            elif url.path == "/jobs":
+                self._send(200, {"jobs": service.store.jobs(state=query.get("state"), node=query.get("node"))})
+            elif url.path.startswith("/jobs/") and url.path[6:].isdigit():
+                job = service.store.job(int(url.path[6:]))
+                if job is None:
+                    self._send(404, {"error": f"no job {url.path[6:]}"})
+                else:
+                    self._send(200, {"job": job, "runs": service.executor.runs(job["id"])})
+            elif url.path == "/audit":
+                since = int(query["since"]) if query.get("since", "").isdigit() else 0
+                self._send(200, {"audit": service.store.audit_entries(query.get("event"), query.get("node"), since)})
+            else:
+                self._send(404, {"error": f"no such endpoint {url.path}"})
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    return server

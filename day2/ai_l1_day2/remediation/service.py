@@ -1,0 +1,219 @@
+"""The receiver's core: decisions under the store's write lock, a pool of workers that run
+queued jobs, and recovery of jobs a dead receiver left running.
+
+Exactly-once on restart: a job found `running` whose run process
+  - finished (result.json or the ansible-runner artifacts say so) is marked from that outcome;
+  - is still alive (runs are detached from the receiver) is waited for, not started again;
+  - died without an outcome is marked done when the Node shows the isolation completed
+    (cordoned and carrying the isolation taint), else queued again (up to run.max_attempts).
+One receiver per state directory: an exclusive flock on <state_dir>/receiver.lock.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import socket
+import threading
+import time
+
+from . import policy
+from .config import Config
+from .logs import log
+from .store import Store
+
+LOG = logging.getLogger("ai_l1_day2.remediation")
+RUN_STATUS_DONE = "successful"
+
+
+class PayloadError(ValueError):
+    """The request body is not an Alertmanager v4 webhook payload."""
+
+
+def validate_payload(payload) -> list[dict]:
+    if not isinstance(payload, dict):
+        raise PayloadError("expected a JSON object (Alertmanager webhook payload)")
+    version = str(payload.get("version", ""))
+    if version != "4":
+        raise PayloadError(f"unsupported payload version {version!r}: this receiver speaks Alertmanager webhook v4")
+    alerts = payload.get("alerts")
+    if not isinstance(alerts, list) or not all(isinstance(a, dict) and isinstance(a.get("labels"), dict)
+                                               for a in alerts):
+        raise PayloadError("'alerts' must be a list of objects each with a 'labels' object")
+    return alerts
+
+
+class Service:
+    def __init__(self, cfg: Config, store: Store, nodes, executor, clock=time.time):
+        self.cfg, self.store, self.nodes, self.executor, self.clock = cfg, store, nodes, executor, clock
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{int(clock())}"
+        self._wake = threading.Condition()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._decide = threading.Lock()
+        self._lockfile = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def acquire_state_dir(self) -> None:
+        self.cfg.state_dir.mkdir(parents=True, exist_ok=True)
+        handle = open(self.cfg.state_dir / "receiver.lock", "a+")  # noqa: SIM115 (held for the process lifetime)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise RuntimeError(f"another receiver holds {self.cfg.state_dir}/receiver.lock: "
+                               "one receiver per state directory") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{self.owner}\n")
+        handle.flush()
+        self._lockfile = handle
+
+    def start(self) -> None:
+        self.store.audit("receiver.started", details={"owner": self.owner, "dry_run": self.cfg.dry_run,
+                                                      "auth": self.cfg.auth.describe()})
+        self.recover()
+        for i in range(self.cfg.workers):
+            thread = threading.Thread(target=self._worker, name=f"remediation-worker-{i}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        with self._wake:
+            self._wake.notify_all()
+        for thread in self._threads:
+            thread.join(timeout)
+
+    # -- webhooks ------------------------------------------------------------------------
+    def handle_payload(self, payload, remote: str = "") -> list[dict]:
+        alerts = validate_payload(payload)
+        nodes = self.nodes.nodes() if alerts else {}
+        decisions = []
+        with self._decide:
+            for alert in alerts:
+                decisions.append(self._handle_alert(alert, nodes, remote))
+        if any(d["decision"] == "queued" for d in decisions):
+            with self._wake:
+                self._wake.notify_all()
+        return decisions
+
+    def _handle_alert(self, alert: dict, nodes, remote: str) -> dict:
+        now = self.clock()
+        with self.store.transaction() as db:
+            d = policy.decide(alert, self.cfg, store=self.store, db=db, nodes=nodes, now=now)
+            if d.decision in ("queued", "dry-run"):
+                d.job_id = self.store.insert_job(db, node=d.node, kind=d.kind, detail=d.detail, alertname=d.alertname,
+                                                 fingerprint=d.fingerprint, pool=d.pool, state=d.decision)
+                if d.decision == "queued":
+                    self.store.lock_node(db, d.node, d.job_id)
+            self.store.audit("alert", decision=d.decision, reason=d.reason, node=d.node, job_id=d.job_id,
+                             fingerprint=d.fingerprint, remote=remote,
+                             details={"alertname": d.alertname, "labels": alert.get("labels"),
+                                      "startsAt": alert.get("startsAt"), "kind": d.kind, "pool": d.pool}, db=db)
+        level = logging.WARNING if d.decision == "refused" else logging.INFO
+        log(LOG, level, "alert " + d.decision, **d.as_dict(), remote=remote)
+        return d.as_dict()
+
+    # -- workers -------------------------------------------------------------------------
+    def _worker(self) -> None:
+        while not self._stop.is_set():
+            job = self.store.claim_next(self.owner)
+            if job is None:
+                with self._wake:
+                    self._wake.wait(1.0)
+                continue
+            try:
+                self._run(job)
+            except Exception as exc:  # noqa: BLE001 (a worker must survive one bad job)
+                LOG.exception("job crashed", extra={"fields": {"job_id": job["id"], "node": job["node"]}})
+                self.store.finish_job(job["id"], "failed", status="error", rc=None,
+                                      message=f"receiver error: {type(exc).__name__}: {exc}")
+
+    def spec(self, job: dict) -> dict:
+        extravars = {**self.cfg.extravars, "day2_fault_kind": job["kind"], "day2_fault_detail": job["detail"],
+                     "day2_remediation_job": job["id"]}
+        return {"operation": self.cfg.operation, "inventory": self.cfg.inventory, "limit": [job["node"]],
+                "extravars": extravars, "timeout": self.cfg.timeout_s}
+
+    def _run(self, job: dict) -> None:
+        pid = self.executor.start(job, self.spec(job))
+        job = {**job, "pid": pid}
+        self.store.update_job(job["id"], pid=pid, run_dir=str(self.executor.job_dir(job["id"])))
+        self.store.audit("job.started", decision="running", node=job["node"], job_id=job["id"],
+                         fingerprint=job["fingerprint"], details={"pid": pid, "attempt": job["attempts"],
+                                                                  "owner": self.owner})
+        log(LOG, logging.INFO, "job started", job_id=job["id"], node=job["node"], pid=pid, attempt=job["attempts"])
+        self._await(job)
+
+    def _await(self, job: dict) -> None:
+        def on_ident(ident: str) -> None:
+            self.store.update_job(job["id"], ident=ident)
+            log(LOG, logging.INFO, "job ident", job_id=job["id"], node=job["node"], ident=ident)
+
+        self._settle(job, self.executor.wait(job, on_ident))
+
+    def _settle(self, job: dict, result: dict | None) -> None:
+        """Record a run's outcome; a run that left none is judged from the Node."""
+        if result is not None:
+            status = result.get("status")
+            state = "done" if status == RUN_STATUS_DONE else "failed"
+            message = f"run {result.get('ident')} {status} (rc {result.get('rc')})"
+            if result.get("message"):
+                message += f": {result['message']}"
+            self.store.finish_job(job["id"], state, status=status, rc=result.get("rc"), message=message,
+                                  ident=result.get("ident"))
+            log(LOG, logging.INFO if state == "done" else logging.ERROR, "job " + state, job_id=job["id"],
+                node=job["node"], status=status, rc=result.get("rc"), ident=result.get("ident"))
+            return
+        self._judge_from_node(job, "the run process ended without an outcome")
+
+    def _judge_from_node(self, job: dict, why: str) -> None:
+        try:
+            node = self.nodes.nodes().get(job["node"])
+        except Exception as exc:  # noqa: BLE001
+            node, why = None, f"{why}; reading the Node failed ({exc})"
+        if node is not None and node.unschedulable and self.cfg.isolated_taint in node.taints:
+            self.store.finish_job(job["id"], "done", status="unknown", rc=None,
+                                  message=f"{why}; Node {job['node']} is cordoned and tainted: isolation completed")
+            return
+        if job["attempts"] >= self.cfg.max_attempts:
+            self.store.finish_job(job["id"], "failed", status="unknown", rc=None,
+                                  message=f"{why}; {job['attempts']} attempts, run.max_attempts reached")
+            return
+        self.store.requeue(job["id"], f"{why}; Node {job['node']} is not isolated: run again")
+        with self._wake:
+            self._wake.notify_all()
+
+    # -- restart recovery ------------------------------------------------------------------
+    def recover(self) -> None:
+        for job in self.store.jobs(state="running"):
+            if job["owner"] == self.owner:
+                continue
+            result = self.executor.result(job)
+            ident = self.executor.ident(job)
+            if ident and not job["ident"]:
+                self.store.update_job(job["id"], ident=ident)
+            if result is not None:
+                self.store.audit("job.recovered", decision="finished", node=job["node"], job_id=job["id"],
+                                 reason=f"outcome found ({result.get('source')})", details=result)
+                self._settle(job, result)
+            elif self.executor.alive(job):
+                self.store.update_job(job["id"], owner=self.owner)
+                self.store.audit("job.recovered", decision="adopted", node=job["node"], job_id=job["id"],
+                                 reason=f"run process {job['pid']} still alive: waiting for it")
+                thread = threading.Thread(target=self._adopt, args=(job,), name=f"adopt-{job['id']}", daemon=True)
+                thread.start()
+                self._threads.append(thread)
+            else:
+                self.store.audit("job.recovered", decision="dead", node=job["node"], job_id=job["id"],
+                                 reason="run process gone without an outcome")
+                self._judge_from_node(job, f"receiver {job['owner']} died and its run left no outcome")
+            log(LOG, logging.WARNING, "recovered job", job_id=job["id"], node=job["node"], previous_owner=job["owner"])
+
+    def _adopt(self, job: dict) -> None:
+        try:
+            self._await(job)
+        except Exception:
+            LOG.exception("adopted job crashed", extra={"fields": {"job_id": job["id"]}})

@@ -1,0 +1,210 @@
+"""Remediation store and restart recovery with a fake runner: queued work survives a
+restart and runs once; a job a dead receiver left running is finished from its outcome,
+waited for while its run lives, judged from the Node when it left nothing, never run twice."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from ai_l1_day2.remediation.executor import SubprocessExecutor
+from ai_l1_day2.remediation.service import Service
+from ai_l1_day2.remediation.store import Store
+from remediation_fakes import FakeExecutor, FakeNodes, alert, make_config, payload
+
+
+def make(tmp_path, nodes=None, **cfg):
+    conf = make_config(tmp_path, **cfg)
+    store = Store(conf.db_path)
+    return Service(conf, store, nodes or FakeNodes(), FakeExecutor(conf.jobs_dir))
+
+
+def wait_state(store, job_id, states, timeout=10):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        job = store.job(job_id)
+        if job["state"] in states:
+            return job
+        time.sleep(0.02)
+    pytest.fail(f"job {job_id} stayed {store.job(job_id)['state']}, expected {states}")
+
+
+def dead_receiver_left_running(tmp_path, nodes=None, **cfg):
+    """Receiver A queued a job and claimed it, then died: the row says running, owner A."""
+    a = make(tmp_path, nodes=nodes, **cfg)
+    [d] = a.handle_payload(payload(alert()))
+    job = a.store.claim_next(a.owner)
+    a.store.update_job(job["id"], pid=4_000_000, run_dir="x")  # beyond pid_max: never alive
+    a.store.close()
+    b = make(tmp_path, nodes=nodes or a.nodes, **cfg)
+    b.owner = "receiver-b"
+    return b, d["job_id"]
+
+
+def test_worker_runs_job_once_and_releases_lock(tmp_path):
+    svc = make(tmp_path)
+    svc.start()
+    try:
+        [d] = svc.handle_payload(payload(alert()))
+        job = wait_state(svc.store, d["job_id"], ("done", "failed"))
+    finally:
+        svc.stop()
+    assert job["state"] == "done" and job["ident"] == f"run-{job['id']}-1" and job["attempts"] == 1
+    [(job_id, spec)] = svc.executor.started
+    assert job_id == job["id"] and spec["limit"] == ["gpu1"] and spec["operation"] == "isolate"
+    assert spec["extravars"]["day2_fault_kind"] == "gpu-xid" and "XID 79" in spec["extravars"]["day2_fault_detail"]
+    with svc.store.transaction() as db:
+        assert svc.store.lock_holder(db, "gpu1") is None
+    events = [e["event"] for e in svc.store.audit_entries()]
+    assert events == ["receiver.started", "alert", "job.started", "job.finished"]
+
+
+def test_failed_run_is_recorded_failed(tmp_path):
+    svc = make(tmp_path)
+    svc.executor.on_start = lambda job, spec, ex: ex.results.__setitem__(
+        job["id"], {"ident": "r", "status": "timeout", "rc": 254, "source": "runner"})
+    svc.start()
+    try:
+        [d] = svc.handle_payload(payload(alert()))
+        job = wait_state(svc.store, d["job_id"], ("done", "failed"))
+    finally:
+        svc.stop()
+    assert (job["state"], job["status"], job["rc"]) == ("failed", "timeout", 254)
+
+
+def test_queued_jobs_survive_restart_and_run_once(tmp_path):
+    a = make(tmp_path)  # never started: the job stays queued, then the receiver "dies"
+    [d] = a.handle_payload(payload(alert()))
+    a.store.close()
+    b = make(tmp_path)
+    b.start()
+    try:
+        job = wait_state(b.store, d["job_id"], ("done",))
+        time.sleep(0.3)
+    finally:
+        b.stop()
+    assert [jid for jid, _ in b.executor.started] == [d["job_id"]]
+    assert job["attempts"] == 1
+
+
+def test_recovery_finished_run_marked_from_its_outcome(tmp_path):
+    b, job_id = dead_receiver_left_running(tmp_path)
+    b.executor.results[job_id] = {"ident": "r-1", "status": "successful", "rc": 0, "source": "artifacts"}
+    b.recover()
+    job = b.store.job(job_id)
+    assert (job["state"], job["ident"]) == ("done", "r-1") and b.executor.started == []
+
+
+def test_recovery_waits_for_a_live_run_instead_of_starting_another(tmp_path):
+    b, job_id = dead_receiver_left_running(tmp_path)
+    b.executor.alive_jobs.add(job_id)
+    b.executor.idents[job_id] = "r-live"
+    b.start()
+    try:
+        time.sleep(0.3)
+        assert b.store.job(job_id)["state"] == "running"
+        b.executor.results[job_id] = {"ident": "r-live", "status": "successful", "rc": 0, "source": "runner"}
+        b.executor.alive_jobs.discard(job_id)
+        job = wait_state(b.store, job_id, ("done",))
+    finally:
+        b.stop()
+    assert b.executor.started == [] and job["ident"] == "r-live"
+    assert any(e["decision"] == "adopted" for e in b.store.audit_entries("job.recovered"))
+
+
+def test_recovery_dead_run_but_node_isolated_is_done_without_rerun(tmp_path):
+    nodes = FakeNodes()
+    b, job_id = dead_receiver_left_running(tmp_path, nodes=nodes)
+    nodes.isolate("gpu1")
+    b.start()
+    try:
+        job = wait_state(b.store, job_id, ("done", "failed"))
+        time.sleep(0.2)
+    finally:
+        b.stop()
+    assert job["state"] == "done" and "isolation completed" in job["message"] and b.executor.started == []
+
+
+def test_recovery_dead_run_node_not_isolated_runs_again_once(tmp_path):
+    b, job_id = dead_receiver_left_running(tmp_path)
+    b.start()
+    try:
+        job = wait_state(b.store, job_id, ("done", "failed"))
+        time.sleep(0.3)
+    finally:
+        b.stop()
+    assert job["state"] == "done" and job["attempts"] == 2
+    assert [jid for jid, _ in b.executor.started] == [job_id]
+    assert [e["event"] for e in b.store.audit_entries() if e["job_id"] == job_id][-3:] == [
+        "job.requeued", "job.started", "job.finished"]
+
+
+def test_recovery_gives_up_after_max_attempts(tmp_path):
+    b, job_id = dead_receiver_left_running(tmp_path, run={"max_attempts": 1})
+    b.recover()
+    job = b.store.job(job_id)
+    assert job["state"] == "failed" and "max_attempts" in job["message"] and b.executor.started == []
+    with b.store.transaction() as db:
+        assert b.store.lock_holder(db, "gpu1") is None
+
+
+def test_one_receiver_per_state_dir(tmp_path):
+    a, b = make(tmp_path), make(tmp_path)
+    a.acquire_state_dir()
+    with pytest.raises(RuntimeError, match="one receiver per state directory"):
+        b.acquire_state_dir()
+
+
+def test_store_is_wal_and_lock_is_exclusive(tmp_path):
+    store = Store(tmp_path / "s.sqlite")
+    with store.transaction() as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        jid = store.insert_job(db, node="n", kind="k", detail="", alertname="a", fingerprint="f", pool="p",
+                               state="queued")
+        store.lock_node(db, "n", jid)
+    other = Store(tmp_path / "s.sqlite")  # a second connection, as a second process would have
+    with pytest.raises(Exception, match="UNIQUE"), other.transaction() as db:
+        other.lock_node(db, "n", jid)
+
+
+def test_executor_reads_outcome_from_artifacts_and_checks_pid(tmp_path):
+    ex = SubprocessExecutor(tmp_path / "jobs")
+    art = ex.job_dir(7) / "runs" / "id-a" / "artifacts" / "id-a"
+    art.mkdir(parents=True)
+    job = {"id": 7, "pid": None}
+    assert ex.result(job) is None
+    (art / "status").write_text("failed")
+    (art / "rc").write_text("2")
+    assert ex.result(job) == {"ident": "id-a", "status": "failed", "rc": 2, "artifacts_dir": str(art),
+                              "source": "artifacts"}
+    assert ex.runs(7) == ["id-a"]
+    # a live process counts only when its command line names this job's directory
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", str(ex.job_dir(7))])
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert ex.alive({"id": 7, "pid": proc.pid}) is True
+        assert ex.alive({"id": 7, "pid": other.pid}) is False
+    finally:
+        for p in (proc, other):
+            p.kill()
+            p.wait()
+    assert ex.alive({"id": 7, "pid": proc.pid}) is False
+
+
+def test_concurrent_webhooks_never_double_lock(tmp_path):
+    svc = make(tmp_path, ceiling={"max_fraction": 1.0, "pool_label": "accelerator"})
+    results = []
+
+    def send(name):
+        results.extend(svc.handle_payload(payload(alert(name=name, host="gpu1"))))
+
+    threads = [threading.Thread(target=send, args=(n,)) for n in ("GPUXidError", "GPUECCUncorrectableError") * 4]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(d["decision"] == "queued" for d in results) == 1
+    assert len(svc.store.jobs()) == 1
