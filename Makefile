@@ -26,11 +26,13 @@ lab-supplies: bootstrap
 
 # The air-gapped supply chain: Kubernetes, etcd, CoreDNS, CNI built from Go modules (cached
 # under /var/cache/ai-l1; about 25 min cold, seconds warm), the NVIDIA vendor APT repositories
-# (lab/packages/nvidia, about 3 s cold, 1 s warm), then served by the local file mirror and
+# (lab/packages/nvidia, about 3 s cold, 1 s warm), the Ascend .run installers (lab/packages/ascend,
+# under 1 s), then served by the local file mirror and
 # registry the lab nodes use.
 lab-artifacts: bootstrap
 	bash lab/k8s/build.sh
 	python lab/packages/nvidia/build.py
+	python lab/packages/ascend/build.py
 	python lab/mirror/mirror.py up
 
 lab-up: bootstrap
