@@ -44,13 +44,15 @@ done
 
 PY=${PYTHON:-python3}
 stamp=.venv/.requirements.sha256
-sum=$(sha256sum requirements.txt | cut -d' ' -f1)
+# The day-2 tool (day2/, editable) is part of the venv: its pyproject counts in the stamp.
+sum=$(cat requirements.txt day2/pyproject.toml | sha256sum | cut -d' ' -f1)
 if [[ ! -x .venv/bin/python ]] || [[ "$(cat "$stamp" 2>/dev/null)" != "$sum" ]]; then
   echo "bootstrap: creating .venv from requirements.txt"
   rm -rf .venv
   "$PY" -m venv .venv
   .venv/bin/pip install -q --upgrade pip
   .venv/bin/pip install -q -r requirements.txt
+  .venv/bin/pip install -q -e day2
   echo "$sum" > "$stamp"
 fi
 echo "bootstrap: ok"

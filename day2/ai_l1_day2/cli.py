@@ -1,0 +1,275 @@
+"""ai-l1-day2: one subcommand per day-2 operation, each an ansible-runner job.
+
+    ai-l1-day2 drain --node gpu1 -i inventories/lab
+    ai-l1-day2 isolate --node gpu2 --fault xid-79 --details "GPU 0 fell off the bus" --json
+    ai-l1-day2 firmware-update --node k8s_worker --max-unavailable 1
+
+Progress goes to stderr as task/host lines (stdout with --json holds only the summary).
+Exit codes: see EXIT_CODES (and `ai-l1-day2 --help`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from ai_l1_day2.runner import OPERATIONS, BadInput, RunResult, run_operation
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_FAILED = 2
+EXIT_BAD_INPUT = 3
+EXIT_TIMEOUT = 4
+EXIT_CANCELED = 5
+EXIT_CODES = {
+    EXIT_OK: "the run succeeded",
+    EXIT_ERROR: "the tool itself failed (a bug or an unusable ansible-runner)",
+    EXIT_FAILED: "the run failed (a task failed or a host was unreachable; see the summary)",
+    EXIT_BAD_INPUT: "bad input, nothing was run (unknown host, missing inventory, bad -e, missing option)",
+    EXIT_TIMEOUT: "the run hit --timeout and was stopped",
+    EXIT_CANCELED: "the run was canceled (Ctrl-C / SIGTERM)",
+}
+STATUS_EXIT = {"successful": EXIT_OK, "failed": EXIT_FAILED, "timeout": EXIT_TIMEOUT,
+               "canceled": EXIT_CANCELED}
+
+# Operations that act on named nodes only: refused without --node.
+NEEDS_NODE = {"cordon", "uncordon", "drain", "isolate", "add-node", "remove-node"}
+
+HELP = {
+    "cordon": "mark nodes unschedulable (with a reason annotation)",
+    "uncordon": "make nodes schedulable again, remove the day-2 annotations",
+    "drain": "cordon and drain nodes (PodDisruptionBudgets honoured, bounded by a timeout)",
+    "isolate": "fault isolation: cordon, drain, taint and label with the fault, alert",
+    "firmware-update": "rolling firmware update, at most --max-unavailable nodes at a time, health-gated",
+    "mig-reconfigure": "apply a MIG layout to NVIDIA nodes (drained around the change)",
+    "add-node": "validate and bring new nodes into the cluster (the site layers limited to them)",
+    "remove-node": "drain, kubeadm reset and delete nodes (refuses breaking etcd quorum)",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse exits 2 by default; 2 means "run failed" here
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
+
+
+def parse_extra(values: list[str] | None) -> dict[str, Any]:
+    """-e key=value (YAML value), -e @file.yml/json, -e '{"json": "object"}'; later wins."""
+    out: dict[str, Any] = {}
+    for item in values or []:
+        if item.startswith("@"):
+            path = Path(item[1:])
+            try:
+                data = yaml.safe_load(path.read_text())
+            except (OSError, yaml.YAMLError) as exc:
+                raise BadInput(f"-e {item}: {exc}") from exc
+            if not isinstance(data, dict):
+                raise BadInput(f"-e {item}: the file must hold a mapping")
+            out.update(data)
+        elif item.lstrip().startswith("{"):
+            try:
+                data = yaml.safe_load(item)
+            except yaml.YAMLError as exc:
+                raise BadInput(f"-e {item!r}: {exc}") from exc
+            if not isinstance(data, dict):
+                raise BadInput(f"-e {item!r}: not a mapping")
+            out.update(data)
+        elif "=" in item:
+            key, _, raw = item.partition("=")
+            if not key.isidentifier():
+                raise BadInput(f"-e {item!r}: {key!r} is not a variable name")
+            try:
+                out[key] = yaml.safe_load(raw) if raw else ""
+            except yaml.YAMLError:
+                out[key] = raw
+        else:
+            raise BadInput(f"-e {item!r}: expected key=value, @file or a JSON object")
+    return out
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from exc
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    epilog = "exit codes:\n" + "\n".join(f"  {code}  {text}" for code, text in EXIT_CODES.items())
+    parser = _Parser(prog="ai-l1-day2", description="Day-2 operations of the ai_platform L1 layer on ansible-runner.",
+                     epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="operation", metavar="OPERATION", parser_class=_Parser)
+    sub.required = True
+    for op in OPERATIONS:
+        p = sub.add_parser(op, help=HELP[op], description=HELP[op], epilog=epilog,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        p.add_argument("-n", "--node", action="append", dest="nodes", metavar="HOST",
+                       required=op in NEEDS_NODE,
+                       help="inventory host or pattern to act on (repeatable; becomes the run's limit)")
+        p.add_argument("-i", "--inventory", default="inventories/lab",
+                       help="inventory file or directory (default: %(default)s)")
+        p.add_argument("-e", "--extra-vars", action="append", dest="extra", metavar="VARS",
+                       help="extra variables: key=value, @file.yml or a JSON object (repeatable)")
+        p.add_argument("--json", action="store_true", help="print the run summary as JSON on stdout")
+        p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+        p.add_argument("-v", "--verbose", action="count", default=0,
+                       help="show ansible-playbook's own output (-vv... passes verbosity on)")
+        p.add_argument("--timeout", type=_positive, metavar="SECONDS",
+                       help="stop the whole run after this many seconds (exit 4)")
+        p.add_argument("--runs-dir", type=Path, metavar="DIR",
+                       help="where run directories are kept (default $AI_L1_DAY2_RUNS or .cache/day2-runs)")
+        if op in ("cordon", "drain", "firmware-update", "mig-reconfigure", "remove-node"):
+            p.add_argument("--reason", help="why (recorded on the Node as ai-platform.io/cordon-reason)")
+        if op in ("drain", "isolate", "firmware-update", "mig-reconfigure", "remove-node"):
+            p.add_argument("--drain-timeout", type=_positive, metavar="SECONDS",
+                           help="seconds a node may take to drain (default 1800)")
+        if op == "isolate":
+            p.add_argument("--fault", required=True,
+                           help="fault kind, a label value (e.g. xid-79, ecc-uncorrectable, gpu-unavailable)")
+            p.add_argument("--details", default="", help="free text recorded in the fault annotation and the alert")
+            p.add_argument("--alertmanager-url", metavar="URL",
+                           help="Alertmanager base URL for the alert (e.g. http://alertmanager:9093)")
+        if op == "firmware-update":
+            p.add_argument("--max-unavailable", type=_positive, metavar="N",
+                           help="nodes out of service at once (default 1)")
+        if op == "remove-node":
+            p.add_argument("--keep-node-object", action="store_true",
+                           help="reset the host but leave the Node object in the API")
+    return parser
+
+
+def extravars_from(args: argparse.Namespace) -> dict[str, Any]:
+    extra = parse_extra(args.extra)
+    mapping = {"reason": "day2_reason", "drain_timeout": "day2_drain_timeout", "fault": "day2_fault",
+               "details": "day2_fault_details", "alertmanager_url": "day2_alertmanager_url",
+               "max_unavailable": "day2_max_unavailable"}
+    for attr, var in mapping.items():
+        value = getattr(args, attr, None)
+        if value not in (None, ""):
+            extra[var] = value
+    if getattr(args, "keep_node_object", False):
+        extra["day2_delete_node"] = False
+    return extra
+
+
+def check_hosts(inventory: str | Path, patterns: list[str]) -> list[str]:
+    """The hosts the patterns select in the inventory; BadInput when a pattern selects none."""
+    from ansible.inventory.manager import InventoryManager  # noqa: PLC0415 - only when a node is named
+    from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415
+
+    path = Path(inventory)
+    if not path.exists():
+        raise BadInput(f"inventory {inventory} does not exist")
+    manager = InventoryManager(loader=DataLoader(), sources=[str(path)])
+    hosts: list[str] = []
+    for pattern in patterns:
+        found = [h.name for h in manager.get_hosts(pattern=pattern)]
+        if not found:
+            raise BadInput(f"--node {pattern}: no host of {inventory} matches")
+        hosts += [h for h in found if h not in hosts]
+    return hosts
+
+
+class Progress:
+    """An ansible-runner event handler printing one line per task start and per host result."""
+
+    MARK = {"runner_on_ok": "ok", "runner_on_failed": "FAILED", "runner_on_unreachable": "UNREACHABLE",
+            "runner_on_skipped": "skipped", "runner_item_on_failed": "item FAILED"}
+
+    def __init__(self, stream: TextIO):
+        self.stream = stream
+        self.t0 = time.monotonic()
+        self.lock = threading.Lock()
+
+    def _line(self, text: str) -> None:
+        with self.lock:
+            self.stream.write(f"[{time.monotonic() - self.t0:7.1f}s] {text}\n")
+            self.stream.flush()
+
+    def __call__(self, event: dict) -> bool:
+        kind = event.get("event", "")
+        data = event.get("event_data") or {}
+        if kind == "playbook_on_play_start":
+            self._line(f"PLAY  {data.get('play', '')}")
+        elif kind == "playbook_on_task_start":
+            self._line(f"TASK  {data.get('task', '')}")
+        elif kind in self.MARK:
+            res = data.get("res") or {}
+            mark = self.MARK[kind]
+            if kind == "runner_on_ok" and res.get("changed"):
+                mark = "changed"
+            if kind == "runner_on_failed" and data.get("ignore_errors"):
+                mark = "failed (ignored)"
+            line = f"  {data.get('host', '?'):<12} {mark}"
+            if kind in ("runner_on_failed", "runner_on_unreachable", "runner_item_on_failed") and res.get("msg"):
+                line += f": {str(res['msg']).strip()[:500]}"
+            self._line(line)
+        elif kind == "playbook_on_stats":
+            self._line("RECAP")
+        return True
+
+
+def print_summary(result: RunResult, stream: TextIO) -> None:
+    stream.write(f"\n{result.operation} {result.status} (rc {result.rc}) in {result.duration_s:.1f}s;"
+                 f" run {result.ident}\n")
+    for host, counts in result.stats.items():
+        stream.write(f"  {host:<12} " + " ".join(f"{k}={v}" for k, v in counts.items()) + "\n")
+    for failure in result.failures:
+        stream.write(f"  FAILED {failure['host']}: {failure['task']}: {failure['msg'][:300]}\n")
+    stream.write(f"  artifacts: {result.artifacts_dir}\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        extravars = extravars_from(args)
+        if args.nodes:
+            check_hosts(args.inventory, args.nodes)
+    except BadInput as exc:
+        print(f"ai-l1-day2: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+    cancel = threading.Event()
+
+    def on_signal(signum, _frame):
+        print(f"\nai-l1-day2: signal {signum}, canceling the run", file=sys.stderr)
+        cancel.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGTERM, on_signal)
+
+    progress = None if args.quiet or args.verbose else Progress(sys.stderr)
+    try:
+        result = run_operation(args.operation, inventory=args.inventory, limit=args.nodes, extravars=extravars,
+                               runs_dir=args.runs_dir, quiet=not args.verbose, event_handler=progress,
+                               timeout=args.timeout, cancel_callback=cancel.is_set,
+                               verbosity=max(args.verbose - 1, 0))
+    except BadInput as exc:
+        print(f"ai-l1-day2: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception as exc:  # noqa: BLE001 - reported with its own exit code
+        print(f"ai-l1-day2: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    if args.json:
+        json.dump(result.summary(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    if not args.quiet:
+        print_summary(result, sys.stderr)
+    return STATUS_EXIT.get(result.status, EXIT_FAILED)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,254 @@
+"""Run one day-2 operation (a playbook under playbooks/day2/) as an ansible-runner job.
+
+Every run gets its own private data directory `<runs_dir>/<ident>` and an ident nobody else
+can have (UTC time, operation, random suffix; the directory is created exclusively, so two
+concurrent runs never share one). ansible-runner keeps the run's artifacts (stdout, events,
+status, rc) in `<runs_dir>/<ident>/artifacts/<ident>/`; nothing is deleted afterwards.
+
+The playbooks need nothing from this process: no environment variables, no controller files
+outside the project. AWX runs the same playbooks as job templates.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+# operation name (CLI subcommand) -> playbook under playbooks/day2/
+OPERATIONS: dict[str, str] = {
+    op: f"{op.replace('-', '_')}.yml"
+    for op in ("cordon", "uncordon", "drain", "isolate", "firmware-update", "mig-reconfigure",
+               "add-node", "remove-node")
+}
+STATUSES = ("successful", "failed", "timeout", "canceled")
+RUNS_ENV = "AI_L1_DAY2_RUNS"
+PROJECT_ENV = "AI_L1_PROJECT_DIR"
+
+
+class BadInput(ValueError):
+    """The request is wrong before anything runs (unknown operation, missing inventory, ...)."""
+
+
+def project_dir() -> Path:
+    """The Ansible project (the directory holding playbooks/day2/): $AI_L1_PROJECT_DIR, else the
+    checkout this package is installed from (editable install), else the current directory."""
+    if os.environ.get(PROJECT_ENV):
+        return Path(os.environ[PROJECT_ENV]).resolve()
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        if (parent / "playbooks" / "day2").is_dir():
+            return parent
+    return Path.cwd()
+
+
+def default_runs_dir(project: Path | None = None) -> Path:
+    if os.environ.get(RUNS_ENV):
+        return Path(os.environ[RUNS_ENV])
+    return (project or project_dir()) / ".cache" / "day2-runs"
+
+
+def playbook_path(operation: str, project: Path | None = None) -> Path:
+    if operation not in OPERATIONS:
+        raise BadInput(f"unknown operation {operation!r}; one of: {', '.join(OPERATIONS)}")
+    return (project or project_dir()) / "playbooks" / "day2" / OPERATIONS[operation]
+
+
+def new_run_dir(runs_dir: Path, operation: str) -> tuple[str, Path]:
+    """A fresh ident and its private data directory, created exclusively (mkdir fails if taken)."""
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    for _ in range(100):
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+        ident = f"{stamp}-{operation}-{secrets.token_hex(4)}"
+        path = runs_dir / ident
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return ident, path
+    raise RuntimeError(f"could not create a unique run directory under {runs_dir}")
+
+
+@dataclass
+class RunResult:
+    ident: str
+    operation: str
+    status: str
+    rc: int
+    private_data_dir: Path
+    artifacts_dir: Path
+    stats: dict[str, dict[str, int]]
+    started: float
+    finished: float
+    limit: list[str] | None = None
+    failures: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "successful"
+
+    @property
+    def duration_s(self) -> float:
+        return round(self.finished - self.started, 3)
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-able record of the run (what `ai-l1-day2 --json` prints)."""
+        return {
+            "ident": self.ident,
+            "operation": self.operation,
+            "status": self.status,
+            "rc": self.rc,
+            "limit": self.limit,
+            "started": datetime.fromtimestamp(self.started, timezone.utc).isoformat(timespec="seconds"),
+            "finished": datetime.fromtimestamp(self.finished, timezone.utc).isoformat(timespec="seconds"),
+            "duration_s": self.duration_s,
+            "hosts": self.stats,
+            "failures": self.failures,
+            "private_data_dir": str(self.private_data_dir),
+            "artifacts_dir": str(self.artifacts_dir),
+        }
+
+
+STAT_KEYS = {"ok": "ok", "changed": "changed", "failures": "failed", "dark": "unreachable",
+             "skipped": "skipped", "rescued": "rescued", "ignored": "ignored"}
+
+
+def per_host_stats(stats: dict | None) -> dict[str, dict[str, int]]:
+    """ansible-runner's {'ok': {host: n}, 'failures': {...}, ...} -> {host: {'ok': n, 'failed': n, ...}}."""
+    hosts: dict[str, dict[str, int]] = {}
+    for key, name in STAT_KEYS.items():
+        for host, count in ((stats or {}).get(key) or {}).items():
+            hosts.setdefault(host, dict.fromkeys(STAT_KEYS.values(), 0))[name] = int(count)
+    return dict(sorted(hosts.items()))
+
+
+def failure_of(event: dict) -> dict[str, str] | None:
+    """The failure an ansible-runner event reports (an unignored failed task or an unreachable host)."""
+    kind = event.get("event")
+    data = event.get("event_data") or {}
+    if kind == "runner_on_failed" and data.get("ignore_errors"):
+        return None
+    if kind not in ("runner_on_failed", "runner_on_unreachable"):
+        return None
+    res = data.get("res") or {}
+    msg = res.get("msg") or res.get("stderr") or res.get("reason") or ""
+    return {"host": data.get("host", ""), "task": data.get("task", ""),
+            "unreachable": str(kind == "runner_on_unreachable").lower(), "msg": str(msg)[:2000]}
+
+
+def _as_list(limit: str | Iterable[str] | None) -> list[str] | None:
+    if limit is None:
+        return None
+    items = [limit] if isinstance(limit, str) else list(limit)
+    items = [str(i).strip() for i in items if str(i).strip()]
+    return items or None
+
+
+def run_operation(
+    operation: str,
+    *,
+    inventory: str | Path,
+    limit: list[str] | None,
+    extravars: dict,
+    runs_dir: Path | None = None,
+    quiet: bool = False,
+    event_handler: Callable[[dict], Any] | None = None,
+    timeout: int | None = None,
+    cancel_callback: Callable[[], bool] | None = None,
+    project: Path | None = None,
+    verbosity: int = 0,
+) -> RunResult:
+    """Run `operation` (a key of OPERATIONS) and wait for it.
+
+    inventory: an inventory file or directory. limit: host names or patterns (None: the
+    playbook's own hosts; the single-node playbooks refuse to run without one).
+    extravars: passed as extra variables. runs_dir: where the run's private data directory is
+    created (default $AI_L1_DAY2_RUNS, else <project>/.cache/day2-runs). quiet: no
+    ansible-playbook output on stdout. event_handler: called with every ansible-runner event
+    (its return value is ignored; every event is kept in the artifacts). timeout: seconds
+    before the run is stopped (status 'timeout'). cancel_callback: returns True to cancel.
+
+    Raises BadInput before anything runs when the operation, inventory or limit is wrong.
+    """
+    import ansible_runner  # noqa: PLC0415 - imported here: argument parsing and --help stay fast
+
+    project = Path(project).resolve() if project else project_dir()
+    playbook = playbook_path(operation, project)
+    if not playbook.is_file():
+        raise BadInput(f"operation {operation!r}: playbook {playbook} does not exist")
+    inventory = Path(inventory)
+    if not inventory.is_absolute():
+        inventory = (Path.cwd() / inventory) if (Path.cwd() / inventory).exists() else project / inventory
+    if not inventory.exists():
+        raise BadInput(f"inventory {inventory} does not exist")
+    if not isinstance(extravars, dict):
+        raise BadInput(f"extravars must be a dict, got {type(extravars).__name__}")
+    hosts = _as_list(limit)
+    if timeout is not None and timeout <= 0:
+        raise BadInput(f"timeout must be positive, got {timeout}")
+
+    runs_dir = Path(runs_dir) if runs_dir else default_runs_dir(project)
+    ident, private = new_run_dir(runs_dir.resolve(), operation)
+    failures: list[dict[str, str]] = []
+    lock = threading.Lock()
+
+    def on_event(event: dict) -> bool:
+        failure = failure_of(event)
+        if failure:
+            with lock:
+                failures.append(failure)
+        if event_handler is not None:
+            try:
+                event_handler(event)
+            except Exception:  # noqa: BLE001 - a display problem must never stop the run
+                pass
+        return True
+
+    envvars = {"ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1"}
+    # ansible-playbook from the same environment as this interpreter (a venv not activated).
+    bindir = Path(sys.executable).parent
+    if (bindir / "ansible-playbook").exists():
+        envvars["PATH"] = f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}"
+    cfg = project / "ansible.cfg"
+    if cfg.is_file():
+        envvars["ANSIBLE_CONFIG"] = str(cfg)
+
+    started = time.time()
+    runner = ansible_runner.run(
+        private_data_dir=str(private),
+        ident=ident,
+        project_dir=str(project),
+        playbook=str(playbook),
+        inventory=str(inventory.resolve()),
+        limit=",".join(hosts) if hosts else None,
+        extravars=dict(extravars),
+        envvars=envvars,
+        quiet=quiet,
+        event_handler=on_event,
+        cancel_callback=cancel_callback,
+        timeout=timeout,
+        verbosity=verbosity or None,
+    )
+    finished = time.time()
+    status = runner.status if runner.status in STATUSES else "failed"
+    rc = runner.rc if isinstance(runner.rc, int) else -1
+    return RunResult(
+        ident=ident,
+        operation=operation,
+        status=status,
+        rc=rc,
+        private_data_dir=private,
+        artifacts_dir=Path(runner.config.artifact_dir),
+        stats=per_host_stats(runner.stats),
+        started=started,
+        finished=finished,
+        limit=hosts,
+        failures=failures,
+    )
