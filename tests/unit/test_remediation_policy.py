@@ -42,7 +42,7 @@ def test_default_ignore_list(tmp_path, xid):
 def test_hardware_xids_isolate(tmp_path, xid):
     svc = service(tmp_path)
     [d] = svc.handle_payload(payload(alert(xid=xid)))
-    assert (d["decision"], d["node"], d["kind"]) == ("queued", "gpu1", "gpu-xid")
+    assert (d["decision"], d["node"], d["kind"]) == ("queued", "gpu1", f"xid-{xid}")
     assert f"XID {xid}" in d["detail"]
 
 
@@ -73,7 +73,7 @@ def test_node_from_instance_address_and_unknown_node(tmp_path):
     svc = service(tmp_path)
     unavailable = {"alertname": "GPUNodeUnavailable", "instance": "10.0.0.2:9400", "job": "dcgm-exporter"}
     [d] = svc.handle_payload(payload({"status": "firing", "labels": unavailable, "fingerprint": "u1"}))
-    assert (d["decision"], d["node"], d["kind"]) == ("queued", "gpu2", "gpu-node-unavailable")
+    assert (d["decision"], d["node"], d["kind"]) == ("queued", "gpu2", "gpu-unavailable")
     [d] = svc.handle_payload(payload(alert(name="GPUECCUncorrectableError", host="gpu9")))
     assert d["decision"] == "refused" and "matches no Kubernetes Node" in d["reason"]
     [d] = svc.handle_payload(payload({"status": "firing", "labels": {"alertname": "GPUECCUncorrectableError"}}))

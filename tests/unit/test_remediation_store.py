@@ -55,7 +55,7 @@ def test_worker_runs_job_once_and_releases_lock(tmp_path):
     assert job["state"] == "done" and job["ident"] == f"run-{job['id']}-1" and job["attempts"] == 1
     [(job_id, spec)] = svc.executor.started
     assert job_id == job["id"] and spec["limit"] == ["gpu1"] and spec["operation"] == "isolate"
-    assert spec["extravars"]["day2_fault_kind"] == "gpu-xid" and "XID 79" in spec["extravars"]["day2_fault_detail"]
+    assert spec["extravars"]["day2_fault"] == "xid-79" and "XID 79" in spec["extravars"]["day2_fault_details"]
     with svc.store.transaction() as db:
         assert svc.store.lock_holder(db, "gpu1") is None
     events = [e["event"] for e in svc.store.audit_entries()]

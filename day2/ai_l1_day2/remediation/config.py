@@ -10,9 +10,9 @@ for secrets. Secrets are never logged, never written to the store, never echoed 
       # token_file / hmac_key_file: read the secret from a file instead
       max_skew_s: 300                         # HMAC timestamp tolerance
     alerts:                                   # alertname -> fault kind; others are ignored
-      GPUXidError: gpu-xid
-      GPUECCUncorrectableError: gpu-ecc-uncorrectable
-      GPUNodeUnavailable: gpu-node-unavailable
+      GPUXidError: xid                        # xid-<code> when the code is known
+      GPUECCUncorrectableError: ecc-uncorrectable
+      GPUNodeUnavailable: gpu-unavailable
     node_labels: [Hostname, node, kubernetes_io_hostname, instance]
     xid: {ignore: [13, 31, 43, 45, 68, 109], allow: [], unknown: refuse}
     dedupe_window_s: 3600
@@ -27,6 +27,7 @@ for secrets. Secrets are never logged, never written to the store, never echoed 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,11 +35,14 @@ from typing import Any
 import yaml
 
 DEFAULT_XID_IGNORE = (13, 31, 43, 45, 68, 109)
+# alertname -> fault kind (a label value: the isolate playbook's day2_fault); an XID alert with
+# a readable code becomes xid-<code>.
 DEFAULT_ALERTS = {
-    "GPUXidError": "gpu-xid",
-    "GPUECCUncorrectableError": "gpu-ecc-uncorrectable",
-    "GPUNodeUnavailable": "gpu-node-unavailable",
+    "GPUXidError": "xid",
+    "GPUECCUncorrectableError": "ecc-uncorrectable",
+    "GPUNodeUnavailable": "gpu-unavailable",
 }
+LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,50}[A-Za-z0-9])?$")
 DEFAULT_NODE_LABELS = ("Hostname", "node", "kubernetes_io_hostname", "instance")
 
 
@@ -182,8 +186,10 @@ def load(  # noqa: PLR0912, PLR0915 (one check per key, in file order)
         raise ConfigError(f"listen.port: {cfg.port} is not a TCP port")
     cfg.dry_run = _typed(raw, "dry_run", bool, "", False)
     alerts = raw.get("alerts", DEFAULT_ALERTS)
-    if not isinstance(alerts, dict) or not alerts or not all(isinstance(v, str) and v for v in alerts.values()):
-        raise ConfigError("alerts: expected a mapping alertname -> fault kind (non-empty strings)")
+    if not isinstance(alerts, dict) or not alerts or not all(isinstance(v, str) and LABEL_VALUE.match(v)
+                                                             for v in alerts.values()):
+        raise ConfigError("alerts: expected a mapping alertname -> fault kind (a Kubernetes label value, "
+                          f"e.g. ecc-uncorrectable), got {alerts!r}")
     cfg.alerts = dict(alerts)
     labels = raw.get("node_labels", list(DEFAULT_NODE_LABELS))
     if not isinstance(labels, list) or not labels or not all(isinstance(v, str) for v in labels):

@@ -155,6 +155,8 @@ def decide(  # noqa: PLR0911, PLR0912, PLR0915 (the documented steps, in order)
             d.reason = why
             return d
         details.append(why)
+        if xid is not None:
+            d.kind = f"{d.kind}-{xid}"
     label, value = node_hint(alert, cfg)
     if not value:
         d.decision, d.reason = "refused", f"no node label in the alert (looked for {', '.join(cfg.node_labels)})"

@@ -132,7 +132,7 @@ class Service:
                                       message=f"receiver error: {type(exc).__name__}: {exc}")
 
     def spec(self, job: dict) -> dict:
-        extravars = {**self.cfg.extravars, "day2_fault_kind": job["kind"], "day2_fault_detail": job["detail"],
+        extravars = {**self.cfg.extravars, "day2_fault": job["kind"], "day2_fault_details": job["detail"],
                      "day2_remediation_job": job["id"]}
         return {"operation": self.cfg.operation, "inventory": self.cfg.inventory, "limit": [job["node"]],
                 "extravars": extravars, "timeout": self.cfg.timeout_s}
