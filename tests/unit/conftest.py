@@ -2,9 +2,9 @@
 
 - `run_module`: runs a collection module's main() in-process with the arguments a task passes,
   and returns its JSON result with `_rc` (exit code) and `_out` (raw stdout) added.
-- `switch_pair`: a simulated Onyx switch (leaf1, user admin) and a simulated Cumulus NVUE switch
-  (leaf2, user cumulus) over SSH from tests/hardware/switch; the password is the test module's
-  PASSWORD. `switch_spec` turns one of them into a switch_roce `switches` entry.
+- `fake_switch(kind, **kw)`: starts a simulated switch over SSH (tests/hardware/switch) with the test
+  module's PASSWORD; `switch_pair`: an Onyx one (leaf1, user admin) and a Cumulus NVUE one (leaf2,
+  user cumulus). `switch_spec(sw, **kw)` turns one into a switch_roce `switches` entry.
 """
 
 import json
@@ -36,15 +36,23 @@ def run_module(capsys):
 
 
 @pytest.fixture
-def switch_pair(request):
-    password = request.module.PASSWORD
-    onyx = FakeSwitch("onyx", host="leaf1", password=password)
-    nvue = FakeSwitch("cumulus", host="leaf2", username="cumulus", password=password)
-    onyx.start()
-    nvue.start()
-    yield onyx, nvue
-    onyx.stop()
-    nvue.stop()
+def fake_switch(request):
+    """Factory: fake_switch(kind, host=..., **kw) starts a simulated switch, stopped after the test."""
+    started = []
+
+    def _start(kind, **kw):
+        sw = FakeSwitch(kind, password=request.module.PASSWORD, **kw)
+        sw.start()
+        started.append(sw)
+        return sw
+    yield _start
+    for sw in started:
+        sw.stop()
+
+
+@pytest.fixture
+def switch_pair(fake_switch):
+    return fake_switch("onyx", host="leaf1"), fake_switch("cumulus", host="leaf2", username="cumulus")
 
 
 @pytest.fixture

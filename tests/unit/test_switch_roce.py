@@ -2,61 +2,38 @@
 
 tests/hardware/switch/fake_switch.py serves a real SSH session with switch state, so changed /
 unchanged, drift repair, save and per-switch failures are checked on what the server holds.
+Onyx releases before 3.8.2000 have no `roce` command: there the module pushes the explicit
+PFC / DSCP-trust / ECN lines per port, which the fake holds per port and prints folded into ranges.
 """
 
-import json
 import socket
-import sys
-from pathlib import Path
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.ai_platform.l1.plugins.module_utils import switch_roce as sr
 from ansible_collections.ai_platform.l1.plugins.modules import switch_roce
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests/hardware/switch"))
-from fake_switch import FakeSwitch  # noqa: E402
-
 PASSWORD = "s3cret-pw"
-
-
-@pytest.fixture(scope="module")
-def switches():
-    onyx = FakeSwitch("onyx", host="leaf1", password=PASSWORD)
-    nvue = FakeSwitch("cumulus", host="leaf2", username="cumulus", password=PASSWORD)
-    onyx.start()
-    nvue.start()
-    yield onyx, nvue
-    onyx.stop()
-    nvue.stop()
-
-
-def spec(sw, **kw):
-    dtype = "mellanox_mlnxos" if sw.state.kind == "onyx" else "cumulus_linux"
-    return dict(dict(name=sw.state.host, host="127.0.0.1", port=sw.port, device_type=dtype,
-                     username=sw.username, password=PASSWORD), **kw)
+OLD_ONYX = "3.6.8190"     # before the roce command
+PFC3 = "dcb priority-flow-control priority 3 enable"
+ECN = "traffic-class 3 congestion-control ecn minimum-absolute 150 maximum-absolute 1500"
 
 
 @pytest.fixture
-def run(capsys):
-    def _run(specs, check_mode=False, **args):
-        args = dict({"switches": specs, "_ansible_diff": True, "timeout": 10}, **args)
-        if check_mode:
-            args["_ansible_check_mode"] = True
-        with patch_module_args(args), pytest.raises(SystemExit) as exc:
-            switch_roce.main()
-        out = capsys.readouterr().out
-        result = json.loads(out)
-        result["_rc"] = exc.value.code
-        result["_out"] = out
-        return result
+def run(run_module):
+    def _run(specs, **args):
+        return run_module(switch_roce, **dict({"switches": specs, "timeout": 10}, **args))
     return _run
 
 
-def test_seed_settings_then_idempotent_then_drift(run, switches):
-    onyx, nvue = switches
-    specs = [spec(onyx), spec(nvue)]
+def diff_lines(result):
+    before = set(result["diff"]["before"].splitlines())
+    after = set(result["diff"]["after"].splitlines())
+    return sorted(before - after), sorted(after - before)
+
+
+def test_seed_settings_then_idempotent_then_drift(run, switch_pair, switch_spec):
+    onyx, nvue = switch_pair
+    specs = [switch_spec(onyx), switch_spec(nvue)]
 
     check = run(specs, check_mode=True)
     assert check["changed"] and check["_rc"] == 0, check
@@ -67,15 +44,16 @@ def test_seed_settings_then_idempotent_then_drift(run, switches):
     assert first["_rc"] == 0, first
     assert first["changed"] is True
     by = {r["name"]: r for r in first["switches"]}
+    assert by["leaf1"]["roce_command"] is True and by["leaf2"]["roce_command"] is None  # from show version
     assert "roce lossless" in onyx.state.running
-    assert "dcb priority-flow-control priority 3 enable" in onyx.state.running
-    assert onyx.state.saved == onyx.state.running  # configuration write
+    assert PFC3 in onyx.state.running
+    assert onyx.state.saved == onyx.state.snapshot()  # configuration write
     assert "nv set qos roce mode lossless" in nvue.state.running
     assert "nv set qos pfc default-global switch-priority 3" in nvue.state.running
-    assert nvue.state.saved == nvue.state.running  # nv config apply + save
+    assert nvue.state.saved == nvue.state.snapshot()  # nv config apply + save
     assert "PFC priority 3: on" in by["leaf1"]["changes"]
-    assert "dcb priority-flow-control priority 3 enable" not in first["diff"]["before"]
-    assert "dcb priority-flow-control priority 3 enable" in first["diff"]["after"]
+    assert PFC3 not in first["diff"]["before"]
+    assert PFC3 in first["diff"]["after"]
     assert PASSWORD not in first["_out"]  # no_log
 
     second = run(specs)
@@ -84,7 +62,7 @@ def test_seed_settings_then_idempotent_then_drift(run, switches):
     assert all(r["commands"] == [] for r in second["switches"])
 
     # Drift by hand: PFC on priority 3 turned off on both switches.
-    onyx.state.running.remove("dcb priority-flow-control priority 3 enable")
+    onyx.state.running.remove(PFC3)
     nvue.state.running.remove("nv set qos pfc default-global switch-priority 3")
     nvue.state.pending = list(nvue.state.running)
     third = run(specs)
@@ -92,22 +70,96 @@ def test_seed_settings_then_idempotent_then_drift(run, switches):
     for r in third["switches"]:
         assert r["changes"] == ["PFC priority 3: on"], r
     assert [r["commands"] for r in third["switches"]] == [
-        ["dcb priority-flow-control priority 3 enable"],
-        ["nv set qos pfc default-global switch-priority 3"]]
-    assert "dcb priority-flow-control priority 3 enable" in onyx.state.running
+        [PFC3], ["nv set qos pfc default-global switch-priority 3"]]
+    assert diff_lines(third) == ([], [PFC3, "nv set qos pfc default-global switch-priority 3"])
+    assert PFC3 in onyx.state.running
     assert not run(specs)["changed"]
 
 
-def test_moving_pfc_removes_the_old_priority(run, switches):
-    onyx, nvue = switches
-    result = run([spec(onyx), spec(nvue)], pfc_priorities=[4])
+def test_moving_pfc_removes_the_old_priority(run, switch_pair, switch_spec):
+    onyx, nvue = switch_pair
+    specs = [switch_spec(onyx), switch_spec(nvue)]
+    assert run(specs)["changed"]  # the seed's priority 3
+    result = run(specs, pfc_priorities=[4])
     assert result["_rc"] == 0, result
     for r in result["switches"]:
         assert sorted(r["changes"]) == ["PFC priority 3: off", "PFC priority 4: on"], r
-    assert "dcb priority-flow-control priority 3 enable" not in onyx.state.running
+    assert PFC3 not in onyx.state.running
     assert "nv set qos pfc default-global switch-priority 3" not in nvue.state.running
     assert "nv set qos pfc default-global switch-priority 4" in nvue.state.running
-    assert run([spec(onyx), spec(nvue)])["changed"]  # back to the seed's priority 3
+
+
+def test_onyx_without_roce_command_gets_explicit_lines(run, fake_switch, switch_spec):
+    old = fake_switch("onyx", host="leaf3", release=OLD_ONYX)
+    old.state.onyx_config("interface ethernet 1/5 qos trust L2")  # a port the module must leave alone
+    spec = switch_spec(old, interfaces=["1/1-1/2"])
+
+    check = run([spec], check_mode=True)
+    assert check["_rc"] == 0 and check["changed"], check
+    assert set(old.state.ports) == {"1/5"}  # nothing sent in check mode
+
+    first = run([spec])
+    assert first["_rc"] == 0, first
+    res = first["switches"][0]
+    assert res["roce_command"] is False
+    assert not any(c.startswith(("roce", "no roce")) for c in res["commands"])
+    assert res["commands"][:2] == ["dcb priority-flow-control enable force", PFC3]
+    for port in ("1/1", "1/2"):
+        assert old.state.ports[port] == {"trust": "L3", "pfc": True,
+                                         "ecn": {3: "ecn minimum-absolute 150 maximum-absolute 1500"}}
+    assert old.state.ports["1/5"]["trust"] == "L2"
+    assert old.state.saved == old.state.snapshot()
+    shown = old.state.onyx_show_running()
+    assert "   interface ethernet 1/1-1/2 qos trust L3" in shown  # Onyx folds ports into a range
+    assert "interface ethernet 1/1-1/2 " + ECN in shown
+    assert "PFC priority 3: on" in res["changes"] and "PFC port 1/2: on" in res["changes"]
+
+    second = run([spec])
+    assert second["changed"] is False and second["switches"][0]["commands"] == [], second
+    assert second["diff"]["before"] == second["diff"]["after"]
+
+    # Drift by hand: PFC of priority 3 off, PFC mode off on port 1/2, other ECN thresholds on 1/1.
+    old.state.onyx_config("no " + PFC3)
+    third = run([spec])
+    assert third["switches"][0]["changes"] == ["PFC priority 3: on"], third
+    assert third["switches"][0]["commands"] == [PFC3]
+    assert diff_lines(third) == ([], [PFC3])
+
+    old.state.onyx_config("interface ethernet 1/2 no dcb priority-flow-control mode force")
+    old.state.onyx_config("interface ethernet 1/1 traffic-class 3 congestion-control ecn "
+                          "minimum-absolute 3000 maximum-absolute 3000")
+    fourth = run([spec])
+    res = fourth["switches"][0]
+    assert sorted(res["changes"]) == ["ECN traffic-class 3 port 1/1: ecn minimum-absolute 150 maximum-absolute 1500",
+                                      "PFC port 1/2: on"], res
+    # a changed threshold is set again, not removed first
+    assert sorted(res["commands"]) == ["interface ethernet 1/1 " + ECN,
+                                       "interface ethernet 1/2 dcb priority-flow-control mode on force"]
+    assert diff_lines(fourth) == (
+        ["interface ethernet 1/1 traffic-class 3 congestion-control ecn minimum-absolute 3000 maximum-absolute 3000"],
+        ["interface ethernet 1/1 " + ECN, "interface ethernet 1/2 dcb priority-flow-control mode on force"])
+    assert not run([spec])["changed"]
+
+
+def test_onyx_explicit_lines_follow_the_priority(run, fake_switch, switch_spec):
+    old = fake_switch("onyx", host="leaf3", release=OLD_ONYX)
+    spec = switch_spec(old, interfaces=["1/1"])
+    assert run([spec])["changed"]
+    result = run([spec], pfc_priorities=[4])
+    res = result["switches"][0]
+    assert result["_rc"] == 0, result
+    assert "interface ethernet 1/1 no traffic-class 3 congestion-control" in res["commands"]
+    assert "no " + PFC3 in res["commands"]
+    assert "PFC priority 3: off" in res["changes"] and "PFC priority 4: on" in res["changes"]
+    assert "ECN traffic-class 3 port 1/1: off" in res["changes"]
+    assert list(old.state.ports["1/1"]["ecn"]) == [4]
+
+
+def test_old_onyx_without_interfaces_is_a_switch_failure_before_any_config(run, fake_switch, switch_spec):
+    old = fake_switch("onyx", host="leaf3", release=OLD_ONYX)
+    result = run([switch_spec(old)])
+    assert result["failed"] and "no roce command and no interfaces" in result["msg"], result
+    assert not [c for c in old.state.log if c.startswith(("roce", "dcb", "interface", "configure"))]
 
 
 def free_port():
@@ -118,17 +170,15 @@ def free_port():
     return port
 
 
-def test_unreachable_and_silent_switches_do_not_stop_the_others(run, switches):
-    onyx, nvue = switches
+def test_unreachable_and_silent_switches_do_not_stop_the_others(run, switch_pair, switch_spec):
+    onyx, nvue = switch_pair
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
     silent.listen(1)  # accepts TCP, never speaks SSH: a hung switch
     try:
-        specs = [dict(spec(onyx), name="down", port=free_port()),
-                 dict(spec(onyx), name="hung", port=silent.getsockname()[1]),
-                 spec(nvue)]
-        nvue.state.running.remove("nv set qos roce mode lossless")
-        nvue.state.pending = list(nvue.state.running)
+        specs = [dict(switch_spec(onyx), name="down", port=free_port()),
+                 dict(switch_spec(onyx), name="hung", port=silent.getsockname()[1]),
+                 switch_spec(nvue)]
         result = run(specs, timeout=3)
     finally:
         silent.close()
@@ -141,40 +191,70 @@ def test_unreachable_and_silent_switches_do_not_stop_the_others(run, switches):
     assert "nv set qos roce mode lossless" in nvue.state.running
 
 
-def test_wrong_password_is_a_per_switch_failure(run, switches):
-    onyx, _ = switches
-    result = run([dict(spec(onyx), password="wrong")])
+def test_wrong_password_is_a_per_switch_failure(run, switch_pair, switch_spec):
+    onyx, _ = switch_pair
+    result = run([dict(switch_spec(onyx), password="wrong")])
     assert result["failed"]
     assert "Authentication" in result["switches"][0]["msg"]
     assert "wrong" not in result["_out"]
 
 
-@pytest.mark.parametrize("args, match", [
-    (dict(pfc_priorities=[8]), "priority 8 is out of 0..7"),
-    (dict(pfc_priorities=[-1]), "priority -1 is out of 0..7"),
-    (dict(pfc_priorities=[]), "needs at least one PFC priority"),
+@pytest.mark.parametrize("case", [
+    (dict(pfc_priorities=[8]), {}, "priority 8 is out of 0..7"),
+    (dict(pfc_priorities=[-1]), {}, "priority -1 is out of 0..7"),
+    (dict(pfc_priorities=[]), {}, "needs at least one PFC priority"),
+    (dict(ecn_min_kb=2000, ecn_max_kb=1500), {}, "ecn_min_kb <= ecn_max_kb"),
+    (dict(onyx_roce_command=False), {}, "switch leaf1: onyx_roce_command is false, so its interfaces"),
+    ({}, dict(interfaces=["eth1"]), "switch leaf1: interface 'eth1' is not an Onyx ethernet port"),
+    ({}, dict(interfaces=["1/4-1/2"]), "interface '1/4-1/2' is not an Onyx"),
+    ({}, dict(device_type="cisco_ios"), "device_type"),
 ])
-def test_bad_input_refused_before_contacting_switches(run, switches, args, match):
-    onyx, _ = switches
-    seen = len(onyx.state.log)
-    result = run([spec(onyx)], **args)
-    assert result["failed"] and match in result["msg"]
-    assert len(onyx.state.log) == seen
+def test_bad_input_refused_before_contacting_switches(run, switch_pair, switch_spec, case):
+    args, spec_args, match = case
+    onyx, nvue = switch_pair
+    seen = (len(onyx.state.log), len(nvue.state.log))
+    result = run([switch_spec(onyx, **spec_args), switch_spec(nvue)], **args)
+    assert result["failed"] and match in result["msg"], result
+    assert (len(onyx.state.log), len(nvue.state.log)) == seen  # no switch was contacted
+    assert result.get("switches", []) == []
 
 
-def test_unknown_device_type_refused(run, switches):
-    onyx, _ = switches
-    seen = len(onyx.state.log)
-    result = run([spec(onyx, device_type="cisco_ios")])
-    assert result["failed"] and "device_type" in result["msg"]
-    assert len(onyx.state.log) == seen
+def test_validate_refuses_unknown_device_type():
     with pytest.raises(sr.SwitchRoceError, match="not supported"):
         sr.validate("arista_eos", "lossless", [3])
 
 
 def test_plan_onyx_without_roce_command():
-    wanted = sr.wanted_lines("mellanox_mlnxos", "lossless", [3], onyx_roce_command=False)
-    assert wanted == ["dcb priority-flow-control enable force", "dcb priority-flow-control priority 3 enable"]
-    current = sr.current_lines("mellanox_mlnxos", "roce lossy\ndcb priority-flow-control priority 5 enable\n", False)
-    commands, removed, added = sr.plan("mellanox_mlnxos", current, wanted)
-    assert commands == ["no dcb priority-flow-control priority 5 enable"] + wanted
+    wanted = sr.wanted_lines("mellanox_mlnxos", "lossless", [3], onyx_roce_command=False, ports=["1/1"])
+    assert wanted == ["dcb priority-flow-control enable force", PFC3,
+                      "interface ethernet 1/1 dcb priority-flow-control mode on force",
+                      "interface ethernet 1/1 qos trust L3", "interface ethernet 1/1 " + ECN]
+    text = ("roce lossy\ndcb priority-flow-control priority 5 enable\n"
+            "   interface ethernet 1/1-1/3 qos trust L3\n   interface port-channel 1 qos trust L3\n")
+    current = sr.current_lines("mellanox_mlnxos", text, False, ["1/1", "1/2"])
+    # the range is split per port; 1/3 and the port-channel are not ours; roce is unmanaged here
+    assert current == ["dcb priority-flow-control priority 5 enable",
+                       "interface ethernet 1/1 qos trust L3", "interface ethernet 1/2 qos trust L3"]
+    commands, _, _ = sr.plan("mellanox_mlnxos", current, wanted)
+    assert commands[0] == "no dcb priority-flow-control priority 5 enable"
+    assert "interface ethernet 1/2 no qos trust" in commands  # 1/2 is not wanted here
+
+
+@pytest.mark.parametrize("text, has", [
+    ("Product name:      Onyx\nProduct release:   3.10.4206\n", True),
+    ("Product name:      Onyx\nProduct release:   3.8.2008\n", True),
+    ("Product name:      Onyx\nProduct release:   3.7.1134\n", False),
+    ("Product name:      MLNX-OS\nProduct release:   3.6.8190\n", False),
+    ("no release here", None),
+])
+def test_onyx_release_decides_the_roce_command(text, has):
+    assert sr.onyx_has_roce_command(text) is has
+
+
+@pytest.mark.parametrize("text, ports", [
+    ("1/1", ["1/1"]),
+    ("1/1-1/3", ["1/1", "1/2", "1/3"]),
+    ("1/1-1/2,1/9", ["1/1", "1/2", "1/9"]),
+])
+def test_expand_ports(text, ports):
+    assert sr.expand_ports(text) == ports

@@ -10,11 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests/hardware/switch"))
-from fake_switch import FakeSwitch  # noqa: E402
 
 PASSWORD = "play-s3cret"
 PLAY = """
@@ -29,24 +25,8 @@ PLAY = """
 """
 
 
-@pytest.fixture
-def switches():
-    onyx = FakeSwitch("onyx", host="leaf1", password=PASSWORD)
-    nvue = FakeSwitch("cumulus", host="leaf2", username="cumulus", password=PASSWORD)
-    onyx.start()
-    nvue.start()
-    yield onyx, nvue
-    onyx.stop()
-    nvue.stop()
-
-
-def play(tmp_path, switches, *extra):
-    onyx, nvue = switches
-    extra_vars = {"rdma_network_switches": [
-        dict(name="leaf1", host="127.0.0.1", port=onyx.port, device_type="mellanox_mlnxos",
-             username="admin", password=PASSWORD),
-        dict(name="leaf2", host="127.0.0.1", port=nvue.port, device_type="cumulus_linux",
-             username="cumulus", password=PASSWORD)]}
+def play(tmp_path, switch_specs, *extra):
+    extra_vars = {"rdma_network_switches": switch_specs}
     (tmp_path / "play.yml").write_text(PLAY)
     (tmp_path / "vars.json").write_text(json.dumps(extra_vars))
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
@@ -57,8 +37,10 @@ def play(tmp_path, switches, *extra):
         capture_output=True, text=True, env=env, cwd=ROOT, check=False)
 
 
-def test_role_switch_step(tmp_path, switches):
-    onyx, nvue = switches
+def test_role_switch_step(tmp_path, switch_pair, switch_spec, fake_switch):
+    onyx, nvue = switch_pair
+    old = fake_switch("onyx", host="leaf3", release="3.6.8190")  # no roce command: explicit lines
+    switches = [switch_spec(onyx), switch_spec(nvue), switch_spec(old, interfaces=["1/1-1/4"])]
     first = play(tmp_path, switches, "-vvv", "--diff")
     out = first.stdout + first.stderr
     assert first.returncode == 0, out
@@ -66,14 +48,16 @@ def test_role_switch_step(tmp_path, switches):
     assert PASSWORD not in out
     assert "nv set qos roce mode lossless" in nvue.state.running
     assert "roce lossless" in onyx.state.running
+    assert old.state.ports["1/4"]["trust"] == "L3" and "roce lossless" not in old.state.running
 
     second = play(tmp_path, switches)
     assert second.returncode == 0 and "changed=0" in second.stdout, second.stdout
 
     onyx.state.running.remove("dcb priority-flow-control priority 3 enable")
+    old.state.onyx_config("no dcb priority-flow-control priority 3 enable")
     third = play(tmp_path, switches, "--diff")
     assert third.returncode == 0 and "changed=1" in third.stdout, third.stdout
-    assert "+dcb priority-flow-control priority 3 enable" in third.stdout
     plus = [line for line in third.stdout.splitlines() if line.startswith("+") and not line.startswith("+++")]
     minus = [line for line in third.stdout.splitlines() if line.startswith("-") and not line.startswith("---")]
-    assert plus == ["+dcb priority-flow-control priority 3 enable"] and minus == [], third.stdout
+    # the same priority repaired on the new Onyx and on the old one; nothing else differs
+    assert plus == ["+dcb priority-flow-control priority 3 enable"] * 2 and minus == [], third.stdout

@@ -7,17 +7,35 @@ against a server, not a mock.
 
   Onyx (netmiko mellanox_mlnxos): prompts `HOST [standalone: master] >`, `... #`, `... (config) #`;
     enable, disable, configure terminal, exit, no cli session paging enable, terminal ...,
-    show running-config, configuration write, and in config mode
-    [no] roce [lossless|lossy], [no] dcb priority-flow-control enable [force],
-    [no] dcb priority-flow-control priority N enable. Anything else: `% Unrecognized command`.
+    show version (`Product release: RELEASE`), show running-config, configuration write, and in
+    config mode
+      [no] roce [lossless|lossy]                   (only from release 3.8.2000 on; older: unrecognized)
+      [no] dcb priority-flow-control enable [force]
+      [no] dcb priority-flow-control priority N enable
+      interface ethernet PORTS [no] qos trust [L2|L3|both]
+      interface ethernet PORTS dcb priority-flow-control mode on force
+      interface ethernet PORTS no dcb priority-flow-control mode [force]
+      interface ethernet PORTS traffic-class N congestion-control ecn|red|both
+                               minimum-absolute KB maximum-absolute KB
+      interface ethernet PORTS no traffic-class N congestion-control
+    PORTS is 1/N or a range 1/N-1/M of the switch's 32 ports. Per-port settings are held per port
+    and printed the way Onyx prints them: one line per setting, consecutive ports with the same
+    setting folded into a range (`interface ethernet 1/1-1/4 qos trust L3`), in `##` sections.
+    Anything else: `% Unrecognized command`; a port that does not exist: `% Invalid interface`.
   Cumulus (netmiko cumulus_linux): prompt `cumulus@HOST:mgmt:~$ `;
     nv set PATH VALUE, nv unset PATH [VALUE], nv config apply [-y], nv config save,
     nv config show -o commands, nv config diff, exit.
 
+Syntax of the explicit Onyx lines as in NVIDIA's "Lossless RoCE Configuration for MLNX-OS Switches
+in DSCP-Based QoS Mode" (community DOC-3017, as quoted in att/netarbiter nvmf/README) and the
+mellanox.onyx collection's onyx_traffic_class / onyx_qos / onyx_pfc_interface commands.
+
   python3 fake_switch.py --kind onyx|cumulus --port 2222 [--user admin --password admin]
+                         [--release 3.9.3124]
 """
 
 import argparse
+import copy
 import re
 import socket
 import threading
@@ -30,28 +48,104 @@ CUMULUS_BASE = ['nv set system hostname {host}', 'nv set interface swp1-32 link 
 # NVUE keys that hold a set of values (nv set adds a member); every other key holds one value.
 CUMULUS_SET_KEYS = ('qos pfc default-global switch-priority',)
 _PFC_PRIO = re.compile(r'^dcb priority-flow-control priority ([0-7]) enable$')
+_IF = re.compile(r'^interface ethernet (\S+) (.+)$')
+_ECN = re.compile(r'^traffic-class ([0-7]) congestion-control (ecn|red|both) '
+                  r'minimum-absolute (\d+) maximum-absolute (\d+)$')
+ONYX_PORTS = 32
+ROCE_COMMAND_SINCE = (3, 8, 2000)
+UNRECOGNIZED = '% Unrecognized command "{}".\nType "?" for help.'
+
+
+def _ports(text):
+    """['1/1', ...] for `1/N` or `1/N-1/M` on this switch, or None."""
+    m = re.match(r'^1/(\d+)(?:-1/(\d+))?$', text)
+    if not m:
+        return None
+    first, last = int(m.group(1)), int(m.group(2) or m.group(1))
+    if not 1 <= first <= last <= ONYX_PORTS:
+        return None
+    return ['1/%d' % n for n in range(first, last + 1)]
+
+
+def _fold(ports):
+    """Consecutive ports as Onyx prints them: ['1/1', '1/2', '1/4'] -> ['1/1-1/2', '1/4']."""
+    nums = sorted(int(p.split('/')[1]) for p in ports)
+    out, start = [], None
+    for i, n in enumerate(nums):
+        start = n if start is None else start
+        if i + 1 == len(nums) or nums[i + 1] != n + 1:
+            out.append('1/%d' % start if start == n else '1/%d-1/%d' % (start, n))
+            start = None
+    return out
 
 
 class SwitchState:
     """Configuration of one simulated switch; tests read and change it directly (drift by hand)."""
 
-    def __init__(self, kind, host):
+    def __init__(self, kind, host, release='3.9.3124'):
         self.kind = kind
         self.host = host
+        self.release = release   # Onyx `Product release`; decides whether `roce` exists
         self.lock = threading.Lock()
         base = ONYX_BASE if kind == 'onyx' else CUMULUS_BASE
         self.running = [line.format(host=host) for line in base]
+        # Onyx per-port settings: port -> {'trust': 'L3', 'pfc': True, 'ecn': {tc: 'ecn minimum-absolute ..'}}
+        self.ports = {}
         self.pending = list(self.running)
-        self.saved = list(self.running)
+        self.saved = self.snapshot()
         self.revision = 1
         self.log = []   # every command line received, in order
 
+    def snapshot(self):
+        """The configuration as `configuration write` / `nv config save` stores it."""
+        return (list(self.running), copy.deepcopy(self.ports))
+
+    def has_roce_command(self):
+        return tuple(int(x) for x in re.findall(r'\d+', self.release)[:3]) >= ROCE_COMMAND_SINCE
+
     # --- Onyx -------------------------------------------------------------------------
-    def onyx_config(self, cmd):
+    def onyx_interface(self, ports_text, cmd):  # noqa: PLR0911 -- one return per setting
+        ports = _ports(ports_text)
+        if ports is None:
+            return '% Invalid interface ethernet {}'.format(ports_text)
+        words = cmd.split()
+        neg = words[:1] == ['no']
+        text = ' '.join(words[1:] if neg else words)
+        settings = [self.ports.setdefault(p, {'trust': None, 'pfc': False, 'ecn': {}}) for p in ports]
+        m = re.match(r'^qos trust(?: (L2|L3|both))?$', text)
+        if m and (neg or m.group(1)):
+            for port in settings:
+                port['trust'] = None if neg else m.group(1)
+            return ''
+        if (not neg and text == 'dcb priority-flow-control mode on force') or \
+                (neg and text in ('dcb priority-flow-control mode', 'dcb priority-flow-control mode force')):
+            for port in settings:
+                port['pfc'] = not neg
+            return ''
+        m = re.match(r'^traffic-class ([0-7]) congestion-control$', text)
+        if neg and m:
+            for port in settings:
+                port['ecn'].pop(int(m.group(1)), None)
+            return ''
+        m = _ECN.match(text)
+        if not neg and m:
+            if int(m.group(3)) > int(m.group(4)):
+                return '% minimum-absolute must not exceed maximum-absolute'
+            for port in settings:
+                port['ecn'][int(m.group(1))] = text.split(' congestion-control ', 1)[1]
+            return ''
+        return UNRECOGNIZED.format('interface ethernet %s %s' % (ports_text, cmd))
+
+    def onyx_config(self, cmd):  # noqa: PLR0911 -- one return per CLI verb
+        m = _IF.match(cmd)
+        if m:
+            return self.onyx_interface(m.group(1), m.group(2))
         words = cmd.split()
         neg = words[:1] == ['no']
         body = words[1:] if neg else words
         text = ' '.join(body)
+        if body[:1] == ['roce'] and not self.has_roce_command():
+            return UNRECOGNIZED.format(cmd)
         if body[:1] == ['roce'] and (len(body) == 1 or body[1:] in (['lossless'], ['lossy'])):
             self.running = [line for line in self.running if not line.startswith('roce')]
             if not neg:
@@ -69,11 +163,37 @@ class SwitchState:
             return ''
         return '% Unrecognized command "{}".\nType "?" for help.'.format(cmd)
 
+    def onyx_interface_lines(self):
+        """Per-port settings as Onyx prints them, consecutive ports folded into ranges."""
+        by_setting = {}
+        for port, conf in self.ports.items():
+            bodies = []
+            if conf['trust']:
+                bodies.append('qos trust %s' % conf['trust'])
+            if conf['pfc']:
+                bodies.append('dcb priority-flow-control mode on force')
+            bodies += ['traffic-class %d congestion-control %s' % kv for kv in sorted(conf['ecn'].items())]
+            for body in bodies:
+                by_setting.setdefault(body, []).append(port)
+        return ['interface ethernet %s %s' % (ports, body)
+                for body in sorted(by_setting) for ports in _fold(by_setting[body])]
+
     def onyx_show_running(self):
         def key(line):
             m = _PFC_PRIO.match(line)
             return (line.split()[0], int(m.group(1)) if m else -1, line)
-        return '\n'.join(ONYX_HEADER + sorted(self.running, key=key))
+        out = list(ONYX_HEADER)
+        for line in sorted(self.running, key=key):
+            out.append('   ' + line)
+        iface = self.onyx_interface_lines()
+        if iface:
+            out += ['', '##', '## Interface Ethernet configuration', '##'] + ['   ' + line for line in iface]
+        return '\n'.join(out)
+
+    def onyx_show_version(self):
+        return '\n'.join(['Product name:      Onyx', 'Product release:   %s' % self.release,
+                          'Build ID:          #1-dev', 'System type:       x86_64',
+                          'Uptime:            1d 2h 3m 4.000s'])
 
     # --- Cumulus ------------------------------------------------------------------------
     def nv(self, cmd):  # noqa: PLR0911 -- one return per CLI verb
@@ -97,7 +217,7 @@ class SwitchState:
             self.revision += 1
             return 'applied [rev_id: %d]' % self.revision
         if words[:3] == ['nv', 'config', 'save']:
-            self.saved = list(self.running)
+            self.saved = self.snapshot()
             return 'saved [rev_id: %d]' % self.revision
         if words[:3] == ['nv', 'config', 'show'] and words[3:] == ['-o', 'commands']:
             return '\n'.join(sorted(self.running))
@@ -148,6 +268,8 @@ class _Session:
             return ''
         if cmd.startswith('show running-config'):
             return self.state.onyx_show_running()
+        if cmd == 'show version':
+            return self.state.onyx_show_version()
         if self.mode == 'user':
             return '% Unrecognized command "{}".\nType "?" for help.'.format(cmd)
         if cmd in ('configure terminal', 'config term', 'conf t', 'configure t'):
@@ -155,7 +277,7 @@ class _Session:
             return ''
         if self.mode == 'config':
             if cmd in ('configuration write', 'write memory'):
-                self.state.saved = list(self.state.running)
+                self.state.saved = self.state.snapshot()
                 return ''
             return self.state.onyx_config(cmd)
         return '% Unrecognized command "{}".\nType "?" for help.'.format(cmd)
@@ -219,10 +341,11 @@ def _host_key():
 class FakeSwitch:
     """One simulated switch listening on 127.0.0.1 (or `bind`); start() returns the port."""
 
-    def __init__(self, kind, host='leaf1', username='admin', password='admin', *, bind='127.0.0.1', port=0):
+    def __init__(self, kind, host='leaf1', username='admin', password='admin', *, bind='127.0.0.1', port=0,
+                 release='3.9.3124'):
         if kind not in ('onyx', 'cumulus'):
             raise ValueError('kind must be onyx or cumulus')
-        self.state = SwitchState(kind, host)
+        self.state = SwitchState(kind, host, release)
         self.username, self.password = username, password
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -271,8 +394,10 @@ def main():
     parser.add_argument('--port', type=int, default=2222)
     parser.add_argument('--user', default='admin')
     parser.add_argument('--password', default='admin')
+    parser.add_argument('--release', default='3.9.3124', help='Onyx release; before 3.8.2000 there is no roce command')
     args = parser.parse_args()
-    switch = FakeSwitch(args.kind, args.host, args.user, args.password, bind=args.bind, port=args.port)
+    switch = FakeSwitch(args.kind, args.host, args.user, args.password, bind=args.bind, port=args.port,
+                        release=args.release)
     print('%s %s listening on %s:%d' % (args.kind, args.host, args.bind, switch.start()), flush=True)
     threading.Event().wait()
 

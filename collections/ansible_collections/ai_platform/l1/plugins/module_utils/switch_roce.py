@@ -13,6 +13,12 @@ import re
 
 DEVICE_TYPES = ('mellanox_mlnxos', 'cumulus_linux')
 ROCE_MODES = ('lossless', 'lossy')
+# Onyx releases from which `roce lossless|lossy` exists; older ones get the explicit lines.
+ONYX_ROCE_RELEASE = (3, 8, 2000)
+# NVIDIA's lossless RoCE recipe for Onyx (DSCP mode): ECN marking on the RoCE traffic class
+# from 150 KB of queue, every packet from 1500 KB.
+ECN_MIN_KB = 150
+ECN_MAX_KB = 1500
 
 
 class SwitchRoceError(Exception):
@@ -21,9 +27,33 @@ class SwitchRoceError(Exception):
 
 _ONYX_PFC = re.compile(r'^dcb priority-flow-control priority ([0-7]) enable$')
 _NV_PFC = re.compile(r'^nv set qos pfc default-global switch-priority ([0-7])$')
+_ONYX_IF = re.compile(r'^interface ethernet (\S+) (.+)$')
+_ONYX_PORT = re.compile(r'^(\d+)/(\d+)$')
+_ONYX_IF_PFC = 'dcb priority-flow-control mode on force'
+_ONYX_TRUST = re.compile(r'^qos trust (\S+)$')
+_ONYX_ECN = re.compile(r'^traffic-class ([0-7]) congestion-control (.+)$')
+_ONYX_RELEASE = re.compile(r'^\s*Product release:\s*(\d+)\.(\d+)\.(\d+)', re.M)
 
 
-def validate(device_type, roce_mode, pfc_priorities):
+def expand_ports(text):
+    """Onyx ethernet ports of `1/1`, `1/1-1/4` or a comma list of those, in order."""
+    ports = []
+    for part in str(text).split(','):
+        first, _, last = part.strip().partition('-')
+        ma, mb = _ONYX_PORT.match(first), _ONYX_PORT.match(last or first)
+        if not ma or not mb or ma.group(1) != mb.group(1) or int(mb.group(2)) < int(ma.group(2)):
+            raise SwitchRoceError('interface %r is not an Onyx ethernet port or range such as 1/1 or 1/1-1/32'
+                                  % part.strip())
+        ports += ['%s/%d' % (ma.group(1), n) for n in range(int(ma.group(2)), int(mb.group(2)) + 1)]
+    return ports
+
+
+def port_key(port):
+    return tuple(int(x) for x in port.split('/'))
+
+
+def validate(device_type, roce_mode, pfc_priorities, interfaces=None, *, ecn_min_kb=ECN_MIN_KB, ecn_max_kb=ECN_MAX_KB):
+    """Check the wanted settings before any switch is contacted; return the sorted PFC priorities."""
     if device_type not in DEVICE_TYPES:
         raise SwitchRoceError('device_type %r is not supported; use one of %s' % (device_type, ', '.join(DEVICE_TYPES)))
     if roce_mode not in ROCE_MODES:
@@ -36,39 +66,99 @@ def validate(device_type, roce_mode, pfc_priorities):
             prios.append(p)
     if roce_mode == 'lossless' and not prios:
         raise SwitchRoceError('roce_mode lossless needs at least one PFC priority')
+    for item in interfaces or []:
+        expand_ports(item)
+    if not 0 < ecn_min_kb <= ecn_max_kb:
+        raise SwitchRoceError('ECN thresholds must satisfy 0 < ecn_min_kb <= ecn_max_kb, got %r and %r'
+                              % (ecn_min_kb, ecn_max_kb))
     return sorted(prios)
 
 
-def wanted_lines(device_type, roce_mode, pfc_priorities, onyx_roce_command=True):
-    """The managed configuration lines the switch should have, in the platform's syntax."""
+def onyx_has_roce_command(show_version):
+    """Whether the Onyx release in `show version` output has the `roce` command; None if it names none."""
+    m = _ONYX_RELEASE.search(show_version or '')
+    if not m:
+        return None
+    return tuple(int(x) for x in m.groups()) >= ONYX_ROCE_RELEASE
+
+
+def wanted_lines(device_type, roce_mode, pfc_priorities, onyx_roce_command=True, ports=(), *,
+                 ecn_min_kb=ECN_MIN_KB, ecn_max_kb=ECN_MAX_KB):
+    """The managed configuration lines the switch should have, in the platform's syntax.
+
+    Onyx with the `roce` command: `roce MODE` and the PFC priorities. Without it, the explicit
+    equivalent: PFC globally and on the priorities (lossless only), and on every listed port PFC
+    mode on (lossless only), DSCP trust (`qos trust L3`) and ECN on the RoCE traffic classes
+    (switch priority N is traffic class N in Onyx's default map).
+    """
     if device_type == 'mellanox_mlnxos':
         lines = ['roce %s' % roce_mode] if onyx_roce_command else []
-        if pfc_priorities:
+        pfc = pfc_priorities if (onyx_roce_command or roce_mode == 'lossless') else []
+        if pfc:
             lines.append('dcb priority-flow-control enable force')
-        lines += ['dcb priority-flow-control priority %d enable' % p for p in pfc_priorities]
+        lines += ['dcb priority-flow-control priority %d enable' % p for p in pfc]
+        if onyx_roce_command:
+            return lines
+        for port in sorted(ports, key=port_key):
+            prefix = 'interface ethernet %s ' % port
+            if roce_mode == 'lossless':
+                lines.append(prefix + _ONYX_IF_PFC)
+            lines.append(prefix + 'qos trust L3')
+            lines += [prefix + 'traffic-class %d congestion-control ecn minimum-absolute %d maximum-absolute %d'
+                      % (p, ecn_min_kb, ecn_max_kb) for p in pfc_priorities]
         return lines
     lines = ['nv set qos roce enable on', 'nv set qos roce mode %s' % roce_mode]
     lines += ['nv set qos pfc default-global switch-priority %d' % p for p in pfc_priorities]
     return lines
 
 
-def managed(device_type, line, onyx_roce_command=True):
-    """Whether a running-configuration line is one this module owns."""
+def _onyx_interface_managed(body):
+    return body.startswith('dcb priority-flow-control mode') or bool(_ONYX_TRUST.match(body)) \
+        or bool(_ONYX_ECN.match(body))
+
+
+def managed(device_type, line, onyx_roce_command=True, ports=()):
+    """Whether a running-configuration line (one port per interface line) is one this module owns."""
     if device_type == 'mellanox_mlnxos':
-        return (onyx_roce_command and line.startswith('roce')) \
+        m = _ONYX_IF.match(line)
+        if m:
+            return not onyx_roce_command and m.group(1) in ports and _onyx_interface_managed(m.group(2))
+        return (onyx_roce_command and line.split()[0] == 'roce') \
             or line.startswith('dcb priority-flow-control enable') or bool(_ONYX_PFC.match(line))
     return line.startswith(('nv set qos roce ', 'nv set qos pfc default-global switch-priority '))
 
 
-def current_lines(device_type, text, onyx_roce_command=True):
+def _split_ports(line):
+    """Onyx prints a setting shared by consecutive ports once, for the range: one line per port."""
+    m = _ONYX_IF.match(line)
+    if not m:
+        return [line]
+    try:
+        return ['interface ethernet %s %s' % (port, m.group(2)) for port in expand_ports(m.group(1))]
+    except SwitchRoceError:
+        return [line]   # not a plain ethernet port (port-channel, split port): never managed
+
+
+def current_lines(device_type, text, onyx_roce_command=True, ports=()):
     lines = [line.strip() for line in text.splitlines()]
-    return [line for line in lines
-            if line and not line.startswith('#') and managed(device_type, line, onyx_roce_command)]
+    lines = [line for line in lines if line and not line.startswith('#')]
+    if device_type == 'mellanox_mlnxos':
+        lines = [one for line in lines for one in _split_ports(line)]
+    return [line for line in lines if managed(device_type, line, onyx_roce_command, ports)]
 
 
 def _negate(device_type, line):
     if device_type == 'mellanox_mlnxos':
-        return 'no ' + line
+        m = _ONYX_IF.match(line)
+        if not m:
+            return 'no ' + line
+        prefix, body = 'interface ethernet %s ' % m.group(1), m.group(2)
+        ecn = _ONYX_ECN.match(body)
+        if ecn:
+            return prefix + 'no traffic-class %s congestion-control' % ecn.group(1)
+        if _ONYX_TRUST.match(body):
+            return prefix + 'no qos trust'
+        return prefix + 'no dcb priority-flow-control mode force'
     m = _NV_PFC.match(line)
     if m:
         return 'nv unset qos pfc default-global switch-priority %s' % m.group(1)
@@ -79,7 +169,15 @@ def _negate(device_type, line):
 def _single_key(device_type, line):
     """Key of a single-valued line: setting a new value replaces the old one, no unset needed."""
     if device_type == 'mellanox_mlnxos':
-        return 'roce' if line.startswith('roce') else None
+        m = _ONYX_IF.match(line)
+        if m:
+            ecn = _ONYX_ECN.match(m.group(2))
+            if ecn:
+                return 'interface ethernet %s traffic-class %s congestion-control' % (m.group(1), ecn.group(1))
+            if _ONYX_TRUST.match(m.group(2)):
+                return 'interface ethernet %s qos trust' % m.group(1)
+            return None
+        return 'roce' if line.split()[0] == 'roce' else None
     if _NV_PFC.match(line):
         return None
     return ' '.join(line.split()[:-1])
@@ -96,13 +194,22 @@ def plan(device_type, current, wanted):
     return commands, removed, added
 
 
+def _note(line, verb):
+    m = _ONYX_PFC.match(line) or _NV_PFC.match(line)
+    if m:
+        return 'PFC priority %s: %s' % (m.group(1), 'on' if verb == 'add' else 'off')
+    m = _ONYX_IF.match(line)
+    if m and m.group(2) == _ONYX_IF_PFC:
+        return 'PFC port %s: %s' % (m.group(1), 'on' if verb == 'add' else 'off')
+    ecn = _ONYX_ECN.match(m.group(2)) if m else None
+    if ecn:
+        return 'ECN traffic-class %s port %s: %s' % (ecn.group(1), m.group(1),
+                                                      ecn.group(2) if verb == 'add' else 'off')
+    return '%s: %s' % (verb, line)
+
+
 def describe(device_type, removed, added):
-    """Human-readable change notes that name each PFC priority."""
-    notes = []
-    for line, verb in [(line, 'remove') for line in removed] + [(line, 'add') for line in added]:
-        m = _ONYX_PFC.match(line) or _NV_PFC.match(line)
-        if m:
-            notes.append('PFC priority %s: %s' % (m.group(1), 'on' if verb == 'add' else 'off'))
-        else:
-            notes.append('%s: %s' % (verb, line))
-    return notes
+    """Human-readable change notes that name each PFC priority (and, on Onyx, each port)."""
+    replaced = set(_single_key(device_type, line) for line in added) - {None}
+    notes = [_note(line, 'remove') for line in removed if _single_key(device_type, line) not in replaced]
+    return notes + [_note(line, 'add') for line in added]
