@@ -23,7 +23,8 @@ TOKEN = os.environ.get("AI_L1_REMEDIATE_TOKEN") or "lab-remediation-token-" + os
 KUBECTL = "kubectl --kubeconfig /etc/kubernetes/admin.conf"
 LABCTL = [sys.executable, str(REPO / "lab" / "labctl.py")]
 # What an isolation sets on a Node (playbooks/day2/isolate.yml, roles/node_drain): restored after tests.
-OWNED_KEYS = {"ai-platform.io/fault", "ai-platform.io/cordon-reason", "node.kubernetes.io/unschedulable"}
+OWNED_KEYS = {"ai-platform.io/fault", "ai-platform.io/cordon-reason", "ai-platform.io/drain-failed",
+              "node.kubernetes.io/unschedulable"}
 
 
 def free_port() -> int:

@@ -28,11 +28,19 @@ class FakeNodes:
         self.items = {n: NodeInfo(n, labels={label: value}, addresses=(f"10.0.0.{i + 1}",))
                       for i, n in enumerate(names)}
         self.calls = 0
+        self.cordons = []
+        self.fail_cordon = False
 
     def nodes(self):
         self.calls += 1
         return {k: NodeInfo(v.name, dict(v.labels), v.unschedulable, tuple(v.taints), tuple(v.addresses))
                 for k, v in self.items.items()}
+
+    def cordon(self, name, annotation, reason):
+        if self.fail_cordon:
+            raise RuntimeError("API down")
+        self.items[name].unschedulable = True
+        self.cordons.append((name, annotation, reason))
 
     def isolate(self, name, taint="ai-platform.io/fault"):
         self.items[name].unschedulable = True

@@ -59,7 +59,7 @@ def test_worker_runs_job_once_and_releases_lock(tmp_path):
     with svc.store.transaction() as db:
         assert svc.store.lock_holder(db, "gpu1") is None
     events = [e["event"] for e in svc.store.audit_entries()]
-    assert events == ["receiver.started", "alert", "job.started", "job.finished"]
+    assert events == ["receiver.started", "alert", "job.precordon", "job.started", "job.finished"]
 
 
 def test_failed_run_is_recorded_failed(tmp_path):
@@ -138,8 +138,8 @@ def test_recovery_dead_run_node_not_isolated_runs_again_once(tmp_path):
         b.stop()
     assert job["state"] == "done" and job["attempts"] == 2
     assert [jid for jid, _ in b.executor.started] == [job_id]
-    assert [e["event"] for e in b.store.audit_entries() if e["job_id"] == job_id][-3:] == [
-        "job.requeued", "job.started", "job.finished"]
+    assert [e["event"] for e in b.store.audit_entries() if e["job_id"] == job_id][-4:] == [
+        "job.requeued", "job.precordon", "job.started", "job.finished"]
 
 
 def test_recovery_gives_up_after_max_attempts(tmp_path):
@@ -208,3 +208,40 @@ def test_concurrent_webhooks_never_double_lock(tmp_path):
         t.join()
     assert sum(d["decision"] == "queued" for d in results) == 1
     assert len(svc.store.jobs()) == 1
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_precordon_before_the_run_and_a_failed_one_still_runs(tmp_path, fail):
+    nodes = FakeNodes()
+    nodes.fail_cordon = fail
+    svc = make(tmp_path, nodes=nodes)
+    seen = []
+    svc.executor.on_start = lambda job, spec, ex: (seen.append(nodes.items["gpu1"].unschedulable),
+                                                   ex.results.__setitem__(job["id"], {"ident": "r", "status":
+                                                                                      "successful", "rc": 0}))
+    svc.start()
+    try:
+        [d] = svc.handle_payload(payload(alert()))
+        job = wait_state(svc.store, d["job_id"], ("done", "failed"))
+    finally:
+        svc.stop()
+    assert job["state"] == "done" and len(svc.executor.started) == 1
+    [pre] = svc.store.audit_entries("job.precordon")
+    if fail:
+        assert seen == [False] and pre["decision"] == "failed" and "API down" in pre["reason"]
+    else:
+        assert seen == [True] and pre["decision"] == "cordoned"
+        [(node, key, reason)] = nodes.cordons
+        assert (node, key) == ("gpu1", "ai-platform.io/cordon-reason") and f"remediation job {job['id']}" in reason
+
+
+def test_precordon_off(tmp_path):
+    nodes = FakeNodes()
+    svc = make(tmp_path, nodes=nodes, run={"precordon": False})
+    svc.start()
+    try:
+        [d] = svc.handle_payload(payload(alert()))
+        wait_state(svc.store, d["job_id"], ("done",))
+    finally:
+        svc.stop()
+    assert nodes.cordons == [] and svc.store.audit_entries("job.precordon") == []

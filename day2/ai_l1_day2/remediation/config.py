@@ -20,7 +20,11 @@ for secrets. Secrets are never logged, never written to the store, never echoed 
     ceiling: {max_fraction: 0.25, pool_label: accelerator, pools: {}}
     isolated_taint: ai-platform.io/fault      # a node carrying it is already isolated
     run: {operation: isolate, inventory: inventories/production, workers: 2, max_attempts: 3,
-          timeout_s: 3600, extravars: {}}
+          timeout_s: 3600, extravars: {}, precordon: true}
+    # precordon: the receiver cordons the Node itself (spec.unschedulable + the reason in
+    # run.cordon_annotation, the node_drain role's key) the moment a job starts, then runs
+    # the playbook, which cordons again (no-op), taints, alerts and drains. Seconds matter for
+    # the cordon (no new pod lands on a faulty GPU); the playbook's start-up is ~3-4 s.
     kubernetes: {kubeconfig: null, context: null}   # null: in-cluster, else ~/.kube/config
 """
 
@@ -85,6 +89,8 @@ class Config:
     workers: int = 2
     max_attempts: int = 3
     timeout_s: int = 3600
+    precordon: bool = True
+    cordon_annotation: str = "ai-platform.io/cordon-reason"
     extravars: dict[str, Any] = field(default_factory=dict)
     kubeconfig: str | None = None
     kube_context: str | None = None
@@ -224,6 +230,8 @@ def load(  # noqa: PLR0912, PLR0915 (one check per key, in file order)
     cfg.workers = _typed(run, "workers", int, "run.", cfg.workers)
     cfg.max_attempts = _typed(run, "max_attempts", int, "run.", cfg.max_attempts)
     cfg.timeout_s = _typed(run, "timeout_s", int, "run.", cfg.timeout_s)
+    cfg.precordon = _typed(run, "precordon", bool, "run.", cfg.precordon)
+    cfg.cordon_annotation = _typed(run, "cordon_annotation", str, "run.", cfg.cordon_annotation)
     if cfg.workers < 1 or cfg.max_attempts < 1 or cfg.timeout_s < 1:
         raise ConfigError("run.workers, run.max_attempts and run.timeout_s must be >= 1")
     cfg.extravars = _typed(run, "extravars", dict, "run.", {})

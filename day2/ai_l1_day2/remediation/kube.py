@@ -40,6 +40,15 @@ class KubeNodes:
         return self.nodes().get(name)
 
 
+    def cordon(self, name: str, annotation: str, reason: str) -> None:
+        """spec.unschedulable with the reason beside it, in one patch (as roles/node_drain does)."""
+        body = {"metadata": {"annotations": {annotation: reason}}, "spec": {"unschedulable": True}}
+        try:
+            self._api.patch_node(name, body, _request_timeout=10)
+        except Exception as exc:
+            raise KubeError(f"cordoning Node {name} failed: {exc}") from exc
+
+
 def _info(node) -> NodeInfo:
     return NodeInfo(
         name=node.metadata.name,

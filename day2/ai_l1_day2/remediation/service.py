@@ -137,7 +137,25 @@ class Service:
         return {"operation": self.cfg.operation, "inventory": self.cfg.inventory, "limit": [job["node"]],
                 "extravars": extravars, "timeout": self.cfg.timeout_s}
 
+    def _precordon(self, job: dict) -> None:
+        reason = (f"fault isolation: {job['kind']}: {job['detail']} "
+                  f"(remediation job {job['id']}; isolate playbook running)")
+        t0 = time.monotonic()
+        try:
+            self.nodes.cordon(job["node"], self.cfg.cordon_annotation, reason)
+        except Exception as exc:  # noqa: BLE001 (the playbook cordons too: go on, loudly)
+            self.store.audit("job.precordon", decision="failed", reason=str(exc), node=job["node"], job_id=job["id"])
+            log(LOG, logging.ERROR, "precordon failed; the playbook will cordon", job_id=job["id"], node=job["node"],
+                error=str(exc))
+            return
+        ms = round((time.monotonic() - t0) * 1000, 1)
+        self.store.audit("job.precordon", decision="cordoned", reason=reason, node=job["node"], job_id=job["id"],
+                         details={"ms": ms})
+        log(LOG, logging.INFO, "node cordoned", job_id=job["id"], node=job["node"], ms=ms)
+
     def _run(self, job: dict) -> None:
+        if self.cfg.precordon:
+            self._precordon(job)
         pid = self.executor.start(job, self.spec(job))
         job = {**job, "pid": pid}
         self.store.update_job(job["id"], pid=pid, run_dir=str(self.executor.job_dir(job["id"])))
