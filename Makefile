@@ -30,6 +30,7 @@ lab-supplies: bootstrap
 # under 1 s), then served by the local file mirror and
 # registry the lab nodes use.
 lab-artifacts: bootstrap
+	python lab/charts/build.py
 	bash lab/k8s/build.sh
 	python lab/packages/nvidia/build.py
 	python lab/packages/ascend/build.py

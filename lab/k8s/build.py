@@ -528,6 +528,11 @@ def main(argv: list[str] | None = None) -> int:
                 record["artifacts"][recipe.artifact] = {"version": recipe.tag, "image": recipe.ref}
             record["not_built"] = {n: NOT_BUILT[p] for n in manifest.artifacts for p in NOT_BUILT
                                    if n.startswith(p)}
+            # helm and the monitoring charts: built and recorded by lab/charts/build.py (same Go
+            # caches; make lab-artifacts runs it before this).
+            charts_record = CACHE / "charts" / "lab-build.json"
+            if charts_record.exists():
+                record["artifacts"].update(json.loads(charts_record.read_text())["artifacts"])
             # Artifacts with an upstream checksum (pure-Python wheels) are not built: the mirror
             # publishes the upstream file (lab/mirror/mirror.py, verified against that checksum).
             upstream = {n for n, a in manifest.artifacts.items() if ARCH in a.sha256}
