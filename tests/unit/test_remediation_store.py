@@ -245,3 +245,21 @@ def test_precordon_off(tmp_path):
     finally:
         svc.stop()
     assert nodes.cordons == [] and svc.store.audit_entries("job.precordon") == []
+
+
+def test_receiver_error_around_a_job_fails_it_and_frees_the_node(tmp_path):
+    svc = make(tmp_path)
+
+    def boom(job, spec, ex):
+        raise RuntimeError("executor exploded")
+
+    svc.executor.on_start = boom
+    svc.start()
+    try:
+        [d] = svc.handle_payload(payload(alert()))
+        job = wait_state(svc.store, d["job_id"], ("failed",))
+    finally:
+        svc.stop()
+    assert "executor exploded" in job["message"]
+    with svc.store.transaction() as db:
+        assert svc.store.lock_holder(db, "gpu1") is None

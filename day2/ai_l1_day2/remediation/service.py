@@ -128,8 +128,21 @@ class Service:
                 self._run(job)
             except Exception as exc:  # noqa: BLE001 (a worker must survive one bad job)
                 LOG.exception("job crashed", extra={"fields": {"job_id": job["id"], "node": job["node"]}})
-                self.store.finish_job(job["id"], "failed", status="error", rc=None,
-                                      message=f"receiver error: {type(exc).__name__}: {exc}")
+                self._crashed(job["id"], exc)
+
+    def _crashed(self, job_id: int, exc: Exception) -> None:
+        """The receiver failed around a job. A run still going keeps the node's lock (the next
+        start recovers the job); otherwise the job fails and the lock goes."""
+        try:
+            job = self.store.job(job_id)
+            if job and job["pid"] and self.executor.alive(job):
+                self.store.audit("job.orphaned", decision="running", node=job["node"], job_id=job_id,
+                                 reason=f"receiver error while run {job['pid']} goes on: {exc}; recovered on restart")
+                return
+            self.store.finish_job(job_id, "failed", status="error", rc=None,
+                                  message=f"receiver error: {type(exc).__name__}: {exc}")
+        except Exception:
+            LOG.exception("recording the crash failed", extra={"fields": {"job_id": job_id}})
 
     def spec(self, job: dict) -> dict:
         extravars = {**self.cfg.extravars, "day2_fault": job["kind"], "day2_fault_details": job["detail"],
