@@ -158,6 +158,9 @@ def extravars_from(args: argparse.Namespace) -> dict[str, Any]:
         value = getattr(args, attr, None)
         if value not in (None, ""):
             extra[var] = value
+    if args.operation == "add-node":
+        # Not a limit: add_node.yml runs the site layers over the whole cluster (see its header).
+        extra["day2_new_nodes"] = list(args.nodes or [])
     if getattr(args, "keep_node_object", False):
         extra["day2_delete_node"] = False
     return extra
@@ -253,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
 
     progress = None if args.quiet or args.verbose else Progress(sys.stderr)
     try:
-        result = run_operation(args.operation, inventory=args.inventory, limit=args.nodes, extravars=extravars,
+        limit = None if args.operation == "add-node" else args.nodes
+        result = run_operation(args.operation, inventory=args.inventory, limit=limit, extravars=extravars,
                                runs_dir=args.runs_dir, quiet=not args.verbose, event_handler=progress,
                                timeout=args.timeout, cancel_callback=cancel.is_set,
                                verbosity=max(args.verbose - 1, 0))

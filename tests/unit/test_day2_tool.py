@@ -1,0 +1,248 @@
+"""The day-2 tool (day2/ai_l1_day2): argument parsing, extra vars, exit codes, the summary, and
+ansible-runner runs for real (a throwaway project whose day-2 playbooks run on localhost):
+concurrent runs get distinct idents and private data directories, artifacts are kept per run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from pathlib import Path
+
+import pytest
+from ai_l1_day2 import cli, runner
+from ai_l1_day2.runner import OPERATIONS, BadInput, RunResult, run_operation
+
+REPO = Path(__file__).resolve().parents[2]
+
+PLAY = """---
+- name: {name}
+  hosts: all
+  connection: local
+  gather_facts: false
+  tasks:
+    - name: Say hello
+      ansible.builtin.debug:
+        msg: "hello {{{{ inventory_hostname }}}} {{{{ day2_reason | default('') }}}}"
+{extra}
+"""
+FAIL = """    - name: Fail when asked
+      ansible.builtin.fail:
+        msg: "asked to fail"
+      when: fail_please | default(false) | bool
+"""
+SLEEP = """    - name: Sleep when asked
+      ansible.builtin.command: sleep {{ sleep_s | default(0) }}
+      changed_when: false
+"""
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """A project with every day-2 playbook running on localhost, and a two-host inventory."""
+    root = tmp_path / "project"
+    (root / "playbooks" / "day2").mkdir(parents=True)
+    for op, playbook in OPERATIONS.items():
+        (root / "playbooks" / "day2" / playbook).write_text(PLAY.format(name=op, extra=FAIL + SLEEP))
+    local = "{ansible_connection: local, ansible_python_interpreter: '{{ ansible_playbook_python }}'}"
+    (root / "inventory.yml").write_text(f"all:\n  hosts:\n    node1: {local}\n    node2: {local}\n")
+    monkeypatch.setenv(runner.PROJECT_ENV, str(root))
+    monkeypatch.setenv(runner.RUNS_ENV, str(tmp_path / "runs"))
+    return root
+
+
+# ------------------------------------------------------------------ parsing
+
+
+def test_every_operation_has_a_subcommand_and_a_playbook_in_the_repo():
+    parser = cli.build_parser()
+    for op, playbook in OPERATIONS.items():
+        assert (REPO / "playbooks" / "day2" / playbook).is_file() or op == "mig-reconfigure", playbook
+        args = parser.parse_args([op, "--node", "gpu1"] + (["--fault", "xid-79"] if op == "isolate" else []))
+        assert args.operation == op and args.nodes == ["gpu1"]
+
+
+def test_playbook_names_use_underscores():
+    assert OPERATIONS["firmware-update"] == "firmware_update.yml"
+    assert OPERATIONS["remove-node"] == "remove_node.yml"
+
+
+@pytest.mark.parametrize("argv", [
+    [],                                              # no operation
+    ["explode", "--node", "gpu1"],                   # unknown operation
+    ["drain"],                                       # drain needs --node
+    ["isolate", "--node", "gpu1"],                   # isolate needs --fault
+    ["firmware-update", "--max-unavailable", "0"],   # must be >= 1
+    ["drain", "--node", "gpu1", "--timeout", "x"],
+])
+def test_bad_arguments_exit_3(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    assert exc.value.code == cli.EXIT_BAD_INPUT
+    assert "error" in capsys.readouterr().err
+
+
+def test_firmware_update_may_run_without_node():
+    args = cli.build_parser().parse_args(["firmware-update", "--max-unavailable", "2"])
+    assert args.nodes is None
+    assert cli.extravars_from(args) == {"day2_max_unavailable": 2}
+
+
+def test_options_become_day2_variables(tmp_path):
+    varfile = tmp_path / "v.yml"
+    varfile.write_text("day2_api_host: cp2\nfw: {nvidia: x}\n")
+    args = cli.build_parser().parse_args([
+        "isolate", "-n", "gpu1", "--fault", "xid-79", "--details", "GPU 0 fell off the bus",
+        "--alertmanager-url", "http://am:9093", "--drain-timeout", "60",
+        "-e", "a=1", "-e", f"@{varfile}", "-e", '{"b": [1, 2]}', "-e", "s=text", "-e", "empty="])
+    assert cli.extravars_from(args) == {
+        "a": 1, "b": [1, 2], "s": "text", "empty": "", "day2_api_host": "cp2", "fw": {"nvidia": "x"},
+        "day2_fault": "xid-79", "day2_fault_details": "GPU 0 fell off the bus",
+        "day2_alertmanager_url": "http://am:9093", "day2_drain_timeout": 60}
+
+
+@pytest.mark.parametrize("bad", ["novalue", "1x=2", "@/does/not/exist.yml", "{not: [closed"])
+def test_bad_extra_vars_are_refused(bad):
+    with pytest.raises(BadInput):
+        cli.parse_extra([bad])
+
+
+def test_unknown_node_is_refused_before_anything_runs(project, capsys):
+    assert cli.main(["drain", "--node", "nosuchhost", "-i", str(project / "inventory.yml")]) == cli.EXIT_BAD_INPUT
+    assert "nosuchhost" in capsys.readouterr().err
+    assert not (Path(runner.default_runs_dir()).exists() and any(Path(runner.default_runs_dir()).iterdir()))
+
+
+def test_missing_inventory_is_bad_input(project):
+    assert cli.main(["cordon", "--node", "node1", "-i", str(project / "nope.yml")]) == cli.EXIT_BAD_INPUT
+    with pytest.raises(BadInput):
+        run_operation("cordon", inventory=project / "nope.yml", limit=["node1"], extravars={})
+    with pytest.raises(BadInput):
+        run_operation("reboot-everything", inventory=project / "inventory.yml", limit=None, extravars={})
+
+
+def test_check_hosts_expands_patterns(project):
+    assert cli.check_hosts(project / "inventory.yml", ["all"]) == ["node1", "node2"]
+    assert cli.check_hosts(project / "inventory.yml", ["node2", "node*"]) == ["node2", "node1"]
+
+
+# ------------------------------------------------------------------ pure helpers
+
+
+def test_idents_are_unique_under_concurrency(tmp_path):
+    got: list[tuple[str, Path]] = []
+    lock = threading.Lock()
+
+    def grab():
+        for _ in range(25):
+            item = runner.new_run_dir(tmp_path, "drain")
+            with lock:
+                got.append(item)
+
+    threads = [threading.Thread(target=grab) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    idents = [i for i, _ in got]
+    assert len(idents) == 200 and len(set(idents)) == 200
+    assert len({p for _, p in got}) == 200 and all(p.is_dir() for _, p in got)
+    assert all(re.fullmatch(r"\d{8}T\d{6}-drain-[0-9a-f]{8}", i) for i in idents)
+
+
+def test_per_host_stats_and_failures():
+    stats = {"ok": {"a": 3, "b": 1}, "changed": {"a": 1}, "failures": {"b": 1}, "dark": {"c": 1},
+             "skipped": {}, "processed": {"a": 1, "b": 1, "c": 1}}
+    hosts = runner.per_host_stats(stats)
+    assert hosts["a"] == {"ok": 3, "changed": 1, "failed": 0, "unreachable": 0, "skipped": 0, "rescued": 0,
+                          "ignored": 0}
+    assert hosts["b"]["failed"] == 1 and hosts["c"]["unreachable"] == 1
+    assert runner.per_host_stats(None) == {}
+    failed = {"event": "runner_on_failed", "event_data": {"host": "b", "task": "T", "res": {"msg": "boom"}}}
+    assert runner.failure_of(failed) == {"host": "b", "task": "T", "unreachable": "false", "msg": "boom"}
+    ignored = {"event": "runner_on_failed", "event_data": {"host": "b", "ignore_errors": True, "res": {}}}
+    assert runner.failure_of(ignored) is None
+    assert runner.failure_of({"event": "runner_on_ok", "event_data": {}}) is None
+
+
+def test_summary_is_json_and_complete(tmp_path):
+    result = RunResult(ident="i", operation="drain", status="failed", rc=2, private_data_dir=tmp_path,
+                       artifacts_dir=tmp_path / "artifacts" / "i", stats={"gpu1": {"ok": 1}}, started=0.0,
+                       finished=12.5, limit=["gpu1"], failures=[{"host": "gpu1", "task": "t", "msg": "m"}])
+    summary = json.loads(json.dumps(result.summary()))
+    assert summary["status"] == "failed" and summary["rc"] == 2 and summary["duration_s"] == 12.5
+    assert summary["hosts"] == {"gpu1": {"ok": 1}} and summary["limit"] == ["gpu1"]
+    assert summary["started"] == "1970-01-01T00:00:00+00:00"
+    assert set(summary) >= {"ident", "operation", "artifacts_dir", "private_data_dir", "failures", "finished"}
+
+
+@pytest.mark.parametrize(("status", "code"), [("successful", 0), ("failed", 2), ("timeout", 4), ("canceled", 5)])
+def test_status_to_exit_code(monkeypatch, tmp_path, project, status, code, capsys):  # noqa: PLR0917
+    def fake_run(operation, **kwargs):
+        return RunResult(ident="x", operation=operation, status=status, rc=0 if status == "successful" else 1,
+                         private_data_dir=tmp_path, artifacts_dir=tmp_path, stats={}, started=1.0, finished=2.0)
+
+    monkeypatch.setattr(cli, "run_operation", fake_run)
+    assert cli.main(["cordon", "-n", "node1", "-i", str(project / "inventory.yml"), "--json"]) == code
+    assert json.loads(capsys.readouterr().out)["status"] == status
+
+
+def test_internal_error_exits_1(monkeypatch, project):
+    def broken(*_a, **_k):
+        raise RuntimeError("ansible-runner exploded")
+
+    monkeypatch.setattr(cli, "run_operation", broken)
+    assert cli.main(["cordon", "-n", "node1", "-i", str(project / "inventory.yml"), "-q"]) == cli.EXIT_ERROR
+
+
+# ------------------------------------------------------------------ real ansible-runner runs
+
+
+def test_concurrent_runs_have_their_own_private_dirs_and_artifacts(project):
+    results: dict[str, RunResult] = {}
+    events: dict[str, list[str]] = {}
+
+    def one(name: str, host: str):
+        seen: list[str] = []
+        results[name] = run_operation("cordon", inventory=project / "inventory.yml", limit=[host],
+                                      extravars={"day2_reason": name}, quiet=True,
+                                      event_handler=lambda e: seen.append(e.get("event", "")))
+        events[name] = seen
+
+    threads = [threading.Thread(target=one, args=(f"run{i}", f"node{i % 2 + 1}")) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 3
+    idents = {r.ident for r in results.values()}
+    dirs = {r.private_data_dir for r in results.values()}
+    assert len(idents) == 3 and len(dirs) == 3
+    for name, res in results.items():
+        assert res.status == "successful" and res.rc == 0, res.summary()
+        assert res.artifacts_dir == res.private_data_dir / "artifacts" / res.ident
+        stdout = (res.artifacts_dir / "stdout").read_text()
+        assert f"hello {res.limit[0]} {name}" in stdout      # this run's own extra vars, no one else's
+        assert (res.artifacts_dir / "rc").read_text().strip() == "0"
+        assert list(res.stats) == res.limit                   # only the limited host ran
+        assert "playbook_on_task_start" in events[name] and "playbook_on_stats" in events[name]
+
+
+def test_failed_run_exit_2_with_the_failure_in_the_summary(project, capsys):
+    code = cli.main(["drain", "-n", "node1", "-i", str(project / "inventory.yml"), "-e", "fail_please=true", "--json"])
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)
+    assert code == cli.EXIT_FAILED and summary["status"] == "failed"
+    assert summary["hosts"]["node1"]["failed"] == 1
+    assert summary["failures"][0]["task"] == "Fail when asked" and "asked to fail" in summary["failures"][0]["msg"]
+    assert "TASK  Fail when asked" in captured.err and "node1        FAILED: asked to fail" in captured.err
+    assert Path(summary["artifacts_dir"], "job_events").is_dir()
+
+
+def test_timeout_exit_4(project, capsys):
+    code = cli.main(["drain", "-n", "node1", "-i", str(project / "inventory.yml"), "-e", "sleep_s=60",
+                     "--timeout", "8", "--json"])
+    summary = json.loads(capsys.readouterr().out)
+    assert code == cli.EXIT_TIMEOUT and summary["status"] == "timeout", summary
+    assert summary["duration_s"] < 60
