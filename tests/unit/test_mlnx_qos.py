@@ -20,31 +20,84 @@ CAPTURED = NIC / "captured"
 IDENT = {d: d // 8 for d in range(64)}
 SEED_PFC = [0, 0, 0, 1, 0, 0, 0, 0]
 
-# file -> expected parse (trust, pfc, prio_tc, tsa, tcbw, dscp2prio)
+OS, FW = "OS controlled", "Firmware controlled"
+
+
+def capture(name):
+    """A captured output without the `#` header a fixture may carry (mlnx_qos never prints `#`)."""
+    text = (CAPTURED / name).read_text()
+    return "".join(line for line in text.splitlines(True) if not line.startswith("#"))
+
+
+# file -> expected parse (dcbx, trust, pfc, prio_tc, tsa, tcbw, dscp2prio); see captured/SOURCES.md
 CAPTURES = {
     "ofed-4.2-ets-strict.txt": dict(
-        trust="dscp", pfc=[1, 0, 1, 0, 0, 0, 1, 1], prio_tc=[1, 0, 2, 3, 4, 5, 6, 7],
+        dcbx=OS, trust="dscp", pfc=[1, 0, 1, 0, 0, 0, 1, 1], prio_tc=[1, 0, 2, 3, 4, 5, 6, 7],
         tsa=["ets"] * 6 + ["strict", "ets"], tcbw=[10] * 6 + [0, 40], dscp2prio=IDENT),
     "ofed-4.x-vendor-netarbiter.txt": dict(
-        trust="dscp", pfc=SEED_PFC, prio_tc=[1, 0, 2, 3, 4, 5, 6, 7],
+        dcbx=OS, trust="dscp", pfc=SEED_PFC, prio_tc=[1, 0, 2, 3, 4, 5, 6, 7],
         tsa=["vendor"] * 8, tcbw=[0] * 8, dscp2prio=IDENT),
-    "ofed-5.x-buffers-pcp.txt": dict(
-        trust="pcp", pfc=[0] * 8, prio_tc=[1, 0, 2, 3, 4, 5, 6, 7],
+    "ofed-5.x-buffers-pcp.txt": dict(  # reconstructed, see its header
+        dcbx=OS, trust="pcp", pfc=[0] * 8, prio_tc=[1, 0, 2, 3, 4, 5, 6, 7],
         tsa=["vendor"] * 8, tcbw=[0] * 8, dscp2prio={}),
+    "ofed-5.x-fw-dcbx-ets-multiprio.txt": dict(
+        dcbx=FW, trust="dscp", pfc=SEED_PFC, prio_tc=[0, 0, 0, 3, 0, 0, 6, 0],
+        tsa=["ets", "vendor", "vendor", "ets", "vendor", "vendor", "vendor", "vendor"],
+        tcbw=[50, 0, 0, 50, 0, 0, 0, 0], dscp2prio=IDENT),
+    "ofed-23.10-ets-strict-prio5.txt": dict(
+        dcbx=OS, trust="dscp", pfc=[0, 0, 0, 0, 0, 1, 0, 0], prio_tc=list(range(8)),
+        tsa=["ets"] * 4 + ["strict"] * 4, tcbw=[9, 1, 80, 10, 0, 0, 0, 0], dscp2prio=IDENT),
+    "ofed-5.x-dscp-wrapped-line.txt": dict(
+        dcbx=OS, trust="dscp", pfc=SEED_PFC, prio_tc=[1, 0, 2, 3, 4, 5, 6, 7],
+        tsa=["vendor"] * 8, tcbw=[0] * 8, dscp2prio={**IDENT, 30: 6}),
 }
 
 
 @pytest.mark.parametrize("name", sorted(CAPTURES))
 def test_parse_captured(name):
-    state = qos.parse((CAPTURED / name).read_text())
+    state = qos.parse(capture(name))
     for key, value in CAPTURES[name].items():
         assert state[key] == value, key
-    assert state["dcbx"] == "OS controlled"
 
 
 def test_every_capture_is_in_the_table():
     files = {p.name for p in CAPTURED.glob("*.txt")} - {"garbage-no-pfc.txt"}
     assert files == set(CAPTURES)
+
+
+def test_reconstructed_capture_says_so():
+    header = [line for line in (CAPTURED / "ofed-5.x-buffers-pcp.txt").read_text().splitlines() if line.startswith("#")]
+    assert header and "RECONSTRUCTED" in header[0] and any("mlnx-tools" in line for line in header)
+
+
+BASE = capture("ofed-5.x-buffers-pcp.txt")
+
+
+# Output variants that mlnx-tools' python/mlnx_qos prints (pretty_print and its warnings) but no
+# public capture shows: built from the base layout by the change the source makes.
+@pytest.mark.parametrize("text, expected", [
+    pytest.param("****** WARNING: lldpad service is running and may overwrite your settings ******\n\n" + BASE,
+                 dict(trust="pcp", pfc=[0] * 8), id="lldpad-warning-first"),
+    pytest.param(BASE.replace("tc: 3 ratelimit: unlimited, tsa: vendor",
+                              "tc: 3 ratelimit: 25.0 Gbps, tsa: ets, bw: 100%"),
+                 dict(tsa=["vendor"] * 3 + ["ets"] + ["vendor"] * 4, tcbw=[0, 0, 0, 100, 0, 0, 0, 0]),
+                 id="ratelimited-tc"),
+    pytest.param(BASE.replace("0,0,0,0,0,0,\n", "0,0,0,0,0,0,total_size=262016\n"),
+                 dict(pfc=[0] * 8, prio_tc=[1, 0, 2, 3, 4, 5, 6, 7]), id="total-size-suffix"),
+    pytest.param("".join(line for line in BASE.splitlines(True)
+                         if not line.startswith(("Receive buffer", "\tbuffer")))
+                 .replace("default priority:\n",
+                          "default priority:\nBuffers commands are not supported on your system\n"),
+                 dict(pfc=[0] * 8, tsa=["vendor"] * 8), id="no-buffer-support"),
+    pytest.param(BASE.replace("Priority trust state: pcp", "Priority trust state is not supported on your system\n"
+                              "Priority trust state: none"), dict(trust="none"), id="trust-not-supported"),
+    pytest.param(capture("ofed-4.2-ets-strict.txt").replace("\t", "        "), dict(pfc=[1, 0, 1, 0, 0, 0, 1, 1]),
+                 id="spaces-instead-of-tabs"),
+])
+def test_parse_documented_variants(text, expected):
+    state = qos.parse(text)
+    for key, value in expected.items():
+        assert state[key] == value, key
 
 
 @pytest.mark.parametrize("text, match", [
@@ -81,7 +134,7 @@ def test_fake_output_parses_like_the_5x_capture(port):
     """The fake's factory state prints what the 5.x capture shows, so the module sees a real layout."""
     out = subprocess.run([sys.executable, str(FAKE), "-i", "ens1f0"], capture_output=True, text=True, check=True)
     fake = qos.parse(out.stdout)
-    real = qos.parse((CAPTURED / "ofed-5.x-buffers-pcp.txt").read_text())
+    real = qos.parse(capture("ofed-5.x-buffers-pcp.txt"))
     assert {k: v for k, v in fake.items() if k != "dscp2prio"} == {k: v for k, v in real.items() if k != "dscp2prio"}
 
 
@@ -174,7 +227,9 @@ def test_unparseable_output(run, tmp_path):
 
 def test_tool_that_ignores_the_set_is_reported(run, tmp_path):
     tool = tmp_path / "mlnx_qos"
-    tool.write_text("#!/bin/sh\ncat %s\n" % (CAPTURED / "ofed-5.x-buffers-pcp.txt"))
+    out = tmp_path / "out.txt"
+    out.write_text(capture("ofed-5.x-buffers-pcp.txt"))
+    tool.write_text("#!/bin/sh\ncat %s\n" % out)
     tool.chmod(0o755)
     result = run(mlnx_qos_path=str(tool), pfc=SEED_PFC)
     assert result["failed"]
