@@ -100,6 +100,16 @@ def test_roce_sysfs_ecn_tos_tc(run, sysfs):
     assert third["changed"] and len(third["changes"]) == 1 and "roce_rp/enable/3: 0 -> 1" in third["changes"][0]
 
 
+def test_roce_sysfs_reads_mlx5_traffic_class_format(run, sysfs):
+    """mlx5 reads tc/1/traffic_class back as `Global tclass=N`; that is N, not a difference."""
+    (sysfs / "class/infiniband/mlx5_0/tc/1/traffic_class").write_text("Global tclass=106\n")
+    result = run(roce_sysfs, interface="ens1f0", traffic_class=106, sysfs_root=str(sysfs))
+    assert result["_rc"] == 0 and not result["changed"], result
+    (sysfs / "class/infiniband/mlx5_0/tc/1/traffic_class").write_text("Global tclass=104\n")
+    result = run(roce_sysfs, interface="ens1f0", traffic_class=106, sysfs_root=str(sysfs))
+    assert result["changes"] == ["%s: 104 -> 106" % (sysfs / "class/infiniband/mlx5_0/tc/1/traffic_class")]
+
+
 @pytest.mark.parametrize("args, match", [
     (dict(interface="eno1"), "not the interface of any RDMA device"),
     (dict(interface="ens1f0", ecn_priorities=[8]), r"\[8\] out of 0..7"),

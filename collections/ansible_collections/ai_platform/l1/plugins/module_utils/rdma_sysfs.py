@@ -9,6 +9,10 @@ Shared by roce_sysfs and nccl_config, which both look under <sysfs_root>/class/i
 from __future__ import annotations
 
 import os
+import re
+
+# mlx5 prints the port's RoCE traffic class as `Global tclass=106` (writes take the plain number).
+_TCLASS = re.compile(r'^Global tclass=(-?\d+)$')
 
 
 def read_value(path):
@@ -18,6 +22,13 @@ def read_value(path):
             return handle.read().strip()
     except (IOError, OSError):
         return None
+
+
+def read_setting(path):
+    """read_value, with mlx5's `Global tclass=N` (tc/1/traffic_class) read as N, as it is written."""
+    value = read_value(path)
+    m = _TCLASS.match(value or '')
+    return m.group(1) if m else value
 
 
 def ib_netdevs(sysfs_root):

@@ -125,7 +125,7 @@ def main():
 
     before, after, changes = {}, {}, []
     for path, value in sorted(wanted_files(p, ib).items()):
-        old = rdma_sysfs.read_value(path)
+        old = rdma_sysfs.read_setting(path)
         before[path], after[path] = old, value
         if old == value:
             continue
@@ -142,7 +142,7 @@ def main():
         except (IOError, OSError) as exc:
             hint = ' (is configfs mounted and rdma_cm loaded?)' if exc.errno == errno.ENOENT else ''
             module.fail_json(msg='cannot write %s to %s: %s%s' % (value, path, exc, hint), changes=changes)
-        got = rdma_sysfs.read_value(path)
+        got = rdma_sysfs.read_setting(path)
         if got != value:
             module.fail_json(msg='%s reads %s after writing %s' % (path, got, value), changes=changes)
     result = dict(changed=bool(changes), ib_device=ib, changes=changes)
