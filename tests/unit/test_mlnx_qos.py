@@ -189,6 +189,9 @@ def test_ets_and_prio_tc(run, port):
 
 @pytest.mark.parametrize("args, match", [
     (dict(pfc=[0, 0, 0, 1]), "pfc must be a list of 8"),
+    (dict(pfc=[0, 0, 0, 1, 0, 0, 0, 0, 0]), "pfc must be a list of 8"),
+    (dict(pfc=[0, 0, 0, -1, 0, 0, 0, 0]), r"pfc\[3\] is -1"),
+    (dict(trust="dscp", dscp2prio=[{"dscp": 26, "priority": -1}]), "priority for dscp 26 must be 0..7"),
     (dict(pfc=[0, 0, 0, 2, 0, 0, 0, 0]), r"pfc\[3\] is 2"),
     (dict(prio_tc=[0, 0, 0, 8, 0, 0, 0, 0]), r"prio_tc\[3\] is 8"),
     (dict(trust="dscp", dscp2prio=[{"dscp": 26, "priority": 9}]), "priority for dscp 26 must be 0..7"),

@@ -114,7 +114,13 @@ def test_roce_sysfs_reads_mlx5_traffic_class_format(run, sysfs):
     (dict(interface="eno1"), "not the interface of any RDMA device"),
     (dict(interface="ens1f0", ecn_priorities=[8]), r"\[8\] out of 0..7"),
     (dict(interface="ens1f0", roce_tos=256), "roce_tos must be 0..255"),
+    (dict(interface="ens1f0", ecn_priorities=[3, -1]), r"\[-1\] out of 0..7"),
 ])
 def test_roce_sysfs_refused(run, sysfs, args, match):
-    result = run(roce_sysfs, sysfs_root=str(sysfs), **args)
+    def tree():
+        return {p: p.read_text() for p in sysfs.rglob("*") if p.is_file()}
+    before = tree()
+    result = run(roce_sysfs, sysfs_root=str(sysfs), **dict(args, ecn_priorities=args.get("ecn_priorities", [3]),
+                                                           roce_tos=args.get("roce_tos", 106)))
     assert result["failed"] and __import__("re").search(match, result["msg"]), result
+    assert tree() == before  # refused before anything was written
