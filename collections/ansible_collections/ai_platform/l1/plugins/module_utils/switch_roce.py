@@ -39,7 +39,7 @@ def expand_ports(text):
     """Onyx ethernet ports of `1/1`, `1/1-1/4` or a comma list of those, in order."""
     ports = []
     for part in str(text).split(','):
-        first, _, last = part.strip().partition('-')
+        first, last = (part.strip().split('-', 1) + [''])[:2]
         ma, mb = _ONYX_PORT.match(first), _ONYX_PORT.match(last or first)
         if not ma or not mb or ma.group(1) != mb.group(1) or int(mb.group(2)) < int(ma.group(2)):
             raise SwitchRoceError('interface %r is not an Onyx ethernet port or range such as 1/1 or 1/1-1/32'
