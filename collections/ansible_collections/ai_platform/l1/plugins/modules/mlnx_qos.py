@@ -77,8 +77,8 @@ attributes:
     description: Before and after of the managed settings, one key per priority or traffic class.
 notes:
   - C(mlnx_qos) comes with MLNX_OFED / DOCA-OFED (package C(mlnx-tools)).
-  - Settings made with C(mlnx_qos) do not survive a reboot or driver reload; run the module at boot
-    or run the play again after a reboot.
+  - Settings made with C(mlnx_qos) do not survive a reboot or driver reload. The rdma_network role
+    installs C(ai-platform-roce.service), which re-applies them at boot.
 author:
   - ai_platform L1 contributors (@ai-platform-l1)
 '''

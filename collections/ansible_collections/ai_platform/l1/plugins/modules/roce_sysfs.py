@@ -47,7 +47,9 @@ attributes:
     support: full
     description: One line per sysfs file with its value.
 notes:
-  - These settings do not survive a reboot or driver reload.
+  - These settings do not survive a reboot or driver reload. The rdma_network role installs
+    C(ai-platform-roce.service), which re-applies them at boot.
+  - mlx5 reads C(tc/1/traffic_class) back as C(Global tclass=N); that is compared as N.
 author:
   - ai_platform L1 contributors (@ai-platform-l1)
 '''
