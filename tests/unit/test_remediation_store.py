@@ -263,3 +263,18 @@ def test_receiver_error_around_a_job_fails_it_and_frees_the_node(tmp_path):
     assert "executor exploded" in job["message"]
     with svc.store.transaction() as db:
         assert svc.store.lock_holder(db, "gpu1") is None
+
+
+def test_executor_never_takes_an_earlier_attempts_outcome(tmp_path, monkeypatch):
+    ex = SubprocessExecutor(tmp_path / "jobs")
+    first = ex.job_dir(3) / "runs" / "id-1" / "artifacts" / "id-1"
+    first.mkdir(parents=True)
+    (first / "status").write_text("failed")
+    (ex.job_dir(3) / "result.json").write_text('{"ident": "id-1", "status": "failed"}')
+
+    class NoProcess:
+        pid = 1
+
+    monkeypatch.setattr("subprocess.Popen", lambda *a, **k: NoProcess())
+    ex.start({"id": 3, "attempts": 2}, {})  # attempt 2 dies before its first event
+    assert ex.result({"id": 3, "pid": None}) is None

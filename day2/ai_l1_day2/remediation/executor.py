@@ -38,8 +38,11 @@ class SubprocessExecutor:
         attempt = job["attempts"]
         spec_path = jdir / f"spec-{attempt}.json"
         spec_path.write_text(json.dumps(spec, indent=2, sort_keys=True))
-        for stale in ("ident", "result.json"):
-            (jdir / stale).unlink(missing_ok=True)
+        # a previous attempt's outcome must not pass for this one's
+        (jdir / "ident").unlink(missing_ok=True)
+        if (jdir / "result.json").exists():
+            (jdir / "result.json").replace(jdir / f"result-before-{attempt}.json")
+        (jdir / f"idents-before-{attempt}").write_text("\n".join(self.runs(job["id"])))
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), env.get("PYTHONPATH")]))
         with open(jdir / f"execute-{attempt}.log", "ab") as log:
@@ -77,8 +80,11 @@ class SubprocessExecutor:
         except (OSError, ValueError):
             pass
         ident = self.ident(job)
+        earlier = {line for f in jdir.glob("idents-before-*") for line in f.read_text().split()}
         for status in sorted((jdir / "runs").rglob("status")):
             if status.parent.parent.name != "artifacts" or (ident and status.parent.name != ident):
+                continue
+            if status.parent.name in earlier:
                 continue
             rc_file = status.parent / "rc"
             rc = int(rc_file.read_text().strip()) if rc_file.is_file() and rc_file.read_text().strip() else None
