@@ -41,7 +41,7 @@ STATUS_EXIT = {"successful": EXIT_OK, "failed": EXIT_FAILED, "timeout": EXIT_TIM
                "canceled": EXIT_CANCELED}
 
 # Operations that act on named nodes only: refused without --node.
-NEEDS_NODE = {"cordon", "uncordon", "drain", "isolate", "add-node", "remove-node"}
+NEEDS_NODE = {"cordon", "uncordon", "drain", "isolate", "mig-reconfigure", "add-node", "remove-node"}
 
 HELP = {
     "cordon": "mark nodes unschedulable (with a reason annotation)",
@@ -143,6 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
         if op == "firmware-update":
             p.add_argument("--max-unavailable", type=_positive, metavar="N",
                            help="nodes out of service at once (default 1)")
+        if op == "mig-reconfigure":
+            p.add_argument("--config", required=True, dest="mig_config", metavar="LAYOUT",
+                           help="MIG layout, a key of nvidia_mig_configs['mig-configs'] (e.g. all-balanced)")
         if op == "remove-node":
             p.add_argument("--keep-node-object", action="store_true",
                            help="reset the host but leave the Node object in the API")
@@ -153,7 +156,7 @@ def extravars_from(args: argparse.Namespace) -> dict[str, Any]:
     extra = parse_extra(args.extra)
     mapping = {"reason": "day2_reason", "drain_timeout": "day2_drain_timeout", "fault": "day2_fault",
                "details": "day2_fault_details", "alertmanager_url": "day2_alertmanager_url",
-               "max_unavailable": "day2_max_unavailable"}
+               "max_unavailable": "day2_max_unavailable", "mig_config": "day2_mig_config"}
     for attr, var in mapping.items():
         value = getattr(args, attr, None)
         if value not in (None, ""):

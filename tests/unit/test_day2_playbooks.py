@@ -57,6 +57,8 @@ def play(inventory: Path, playbook: str, *args: str) -> subprocess.CompletedProc
     ("isolate.yml", ["--limit", "gpu1", "-e", "day2_api_host=cp1", "-e", "day2_fault='xid 79!'"],
      "must name the fault as a Kubernetes label value"),
     ("add_node.yml", ["-e", '{"day2_new_nodes": ["cp2"]}'], "not workers: cp2"),
+    ("mig_reconfigure.yml", ["--limit", "gpu1", "-e", "day2_api_host=cp1"], "Name the MIG layout with day2_mig_config"),
+    ("mig_reconfigure.yml", ["--limit", "cp1", "-e", "day2_mig_config=all-balanced"], "cp1 not in gpu_nvidia"),
 ])
 def test_refused_before_any_node_is_contacted(inventory, playbook, args, message):
     proc = play(inventory, playbook, *args)

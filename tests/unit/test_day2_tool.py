@@ -58,8 +58,9 @@ def project(tmp_path, monkeypatch):
 def test_every_operation_has_a_subcommand_and_a_playbook_in_the_repo():
     parser = cli.build_parser()
     for op, playbook in OPERATIONS.items():
-        assert (REPO / "playbooks" / "day2" / playbook).is_file() or op == "mig-reconfigure", playbook
-        args = parser.parse_args([op, "--node", "gpu1"] + (["--fault", "xid-79"] if op == "isolate" else []))
+        assert (REPO / "playbooks" / "day2" / playbook).is_file(), playbook
+        extra = {"isolate": ["--fault", "xid-79"], "mig-reconfigure": ["--config", "all-balanced"]}.get(op, [])
+        args = parser.parse_args([op, "--node", "gpu1", *extra])
         assert args.operation == op and args.nodes == ["gpu1"]
 
 
@@ -73,6 +74,7 @@ def test_playbook_names_use_underscores():
     ["explode", "--node", "gpu1"],                   # unknown operation
     ["drain"],                                       # drain needs --node
     ["isolate", "--node", "gpu1"],                   # isolate needs --fault
+    ["mig-reconfigure", "--node", "gpu1"],           # mig-reconfigure needs --config
     ["firmware-update", "--max-unavailable", "0"],   # must be >= 1
     ["drain", "--node", "gpu1", "--timeout", "x"],
 ])
