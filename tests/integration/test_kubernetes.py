@@ -1,7 +1,9 @@
 """The Kubernetes rollout on the lab, for real: 3 control planes (stacked etcd) behind the
 keepalived + haproxy virtual IP, 3 workers, every node Ready, etcd with 3 healthy members, the
 API still answering through the VIP while the control plane holding it is stopped, and a
-second `site.yml` run that changes nothing.
+second `site.yml` run that changes nothing. Also, on the live cluster: the accelerator discovery
+labels (seed 4.1.2, roles/node_labels) on the GPU and NPU Nodes, computed here from the simulated
+hardware itself, and the k8s_worker role's taint reconciliation through kubernetes.core.
 
 Needs root podman, the node image (`make image`), the lab's Kubernetes artifacts
 (`bash lab/k8s/build.sh`) and the mirror serving them (`python lab/mirror/mirror.py up`);
@@ -11,7 +13,9 @@ AI_L1_KEEP_LAB=1. Timings are printed (pytest -s) and written to .cache/k8s-timi
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import re
 import ssl
 import time
 import urllib.error
@@ -21,12 +25,14 @@ import pytest
 import yaml
 from conftest import (
     CONTROL_PLANES,
+    INV,
     KUBECTL,
     LAB_INVENTORY,
     LAB_NAME,
     REPO,
     SITE,
     WORKERS,
+    group_hosts,
     kubectl_json,
     on,
     recap,
@@ -39,6 +45,8 @@ TIMINGS = REPO / ".cache" / "k8s-timings.json"
 K8S_VARS = yaml.safe_load((LAB_INVENTORY / "group_vars" / "all" / "k8s.yml").read_text())
 VIP = K8S_VARS["k8s_control_plane_vip"]
 VIP_URL = f"https://{VIP}:8443/readyz"
+HW = REPO / "tests" / "hardware"
+WORKER_NODE_PLAY = REPO / "tests" / "integration" / "playbooks" / "k8s_worker_node.yml"
 
 
 def vip_ready(timeout: float = 3.0) -> bool:
@@ -99,6 +107,145 @@ def test_etcd_has_three_healthy_members(cluster):
     assert len(health) == len(CONTROL_PLANES), health
     unhealthy = [h for h in health if not h.get("health")]
     assert not unhealthy, unhealthy
+
+
+# ---------------------------------------------------------------- discovery labels (node_labels)
+# The expectation is derived from the simulated hardware the lab's profiles install (the NVML
+# scenario, the npu-smi scenario, the fake sysfs tree), following seed 4.1.2's example nodes;
+# it does not read what the role computed.
+
+def _sysfs_profiles() -> dict:
+    spec = importlib.util.spec_from_file_location("lab_build_sysfs", HW / "sysfs" / "build_sysfs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.PROFILES
+
+
+def _tib(total_bytes: int) -> str:
+    text = f"{total_bytes / 2**40:.1f}"
+    return (text[:-2] if text.endswith(".0") else text) + "Ti"
+
+
+def _host_labels(profile: dict) -> dict:
+    up = {dev: speed for dev, (speed, state) in profile["net"].items() if speed and speed > 0 and state == "up"}
+    labels = {"node-type": "gpu-compute",
+              "storage.local-nvme": _tib(sum(profile["nvme"].values()))}
+    rdma = sorted(ib for ib, dev in profile["infiniband"].items() if dev in up)
+    if rdma:  # the RDMA NIC's link, else the fastest NIC
+        labels["network.interface"] = rdma[0]
+        labels["network.bandwidth"] = f"{up[profile['infiniband'][rdma[0]]] // 1000}Gbps"
+    else:
+        labels["network.bandwidth"] = f"{max(up.values()) // 1000}Gbps"
+    return labels
+
+
+def expected_a100_labels() -> dict:
+    conf = {}
+    for line in (HW / "nvml" / "scenarios" / "a100-8x-nvswitch-mig.conf").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            conf[key.strip()] = value.strip()
+    cuda = int(conf["cuda_driver_version"])
+    # "NVIDIA A100-SXM4-80GB" -> the seed's "A100-SXM-80GB": no vendor, no SXM generation.
+    model = re.sub(r"-SXM\d+-", "-SXM-", conf["gpu.*.name"].removeprefix("NVIDIA "))
+    profiles = sorted((v.split(",") for k, v in conf.items() if k.startswith("gpu.*.mig_profile.")),
+                      key=lambda p: int(p[2]))
+    assert (conf["p2p_nvlink"], conf["gpu.*.nvlink_remote"]) == ("all", "switch"), "not the NVSwitch A100 node"
+    return {
+        "accelerator": "nvidia",
+        "accelerator-model": model,
+        "accelerator-memory": f"{round(int(conf['gpu.*.memory_total_mib']) / 1024)}Gi",
+        "accelerator-count": conf["gpu_count"],
+        # Every GPU on NVSwitch: each pair talks over NVLink.
+        "accelerator-topology": "nvlink-fullmesh",
+        "accelerator-mig-enabled": "true" if conf["gpu.*.mig_mode"].split(",")[0] == "1" else "false",
+        # The seed writes the profiles comma-separated; a label value cannot hold a comma.
+        "accelerator-mig-profiles": "_".join(p[0].removeprefix("MIG ") for p in profiles),
+        "accelerator-driver-version": conf["driver_version"],
+        "accelerator-cuda-version": f"{cuda // 1000}.{cuda % 1000 // 10}",
+        **_host_labels(_sysfs_profiles()["a100"]),
+    }
+
+
+def expected_910b_labels() -> dict:
+    scenario = json.loads((HW / "npu" / "scenarios" / "910b.json").read_text())
+    family = re.match(r"\d+[A-Z]?", scenario["chip"]["name"]).group(0)  # 910B3 -> 910B
+    assert scenario["topology"] == "hccs-fullmesh"
+    return {
+        "accelerator": "huawei-ascend",
+        "accelerator-model": f"Ascend-{family}",
+        "accelerator-memory": f"{scenario['chip']['hbm_mb'] // 1024}Gi",
+        "accelerator-count": str(scenario["npu_count"] * scenario["chips_per_npu"]),
+        # The seed labels its 910B node, every NPU pair linked over HCCS, "hccs-ring".
+        "accelerator-topology": "hccs-ring",
+        "accelerator-driver-version": scenario["versions"]["driver"],
+        "accelerator-cann-version": scenario["versions"]["cann"],
+        **_host_labels(_sysfs_profiles()["ascend_910b"]),
+    }
+
+
+def test_discovery_labels_are_on_the_gpu_and_npu_nodes(cluster):
+    workers = INV["children"]["k8s_worker"]["children"]
+    expected = {h: expected_a100_labels() for h in group_hosts(workers["gpu_nvidia"])}
+    expected |= {h: expected_910b_labels() for h in group_hosts(workers["npu_ascend"])}
+    assert expected, "the lab inventory has no GPU or NPU workers"
+    nodes = {n["metadata"]["name"]: n["metadata"].get("labels", {}) for n in kubectl_json("get nodes")["items"]}
+    for host, want in sorted(expected.items()):
+        got = nodes[host]
+        print(f"{host}: " + ", ".join(f"{k}={got.get(k)}" for k in sorted(want)))
+        wrong = {k: (got.get(k), v) for k, v in want.items() if got.get(k) != v}
+        assert not wrong, f"{host}: labels (on the Node, expected): {wrong}"
+        extra = sorted(k for k in got if k.startswith("accelerator") and k not in want)
+        assert not extra, f"{host}: accelerator labels the hardware does not justify: {extra}"
+    for host in CONTROL_PLANES:
+        assert not any(k.startswith("accelerator") for k in nodes[host]), f"{host}: {nodes[host]}"
+
+
+# ---------------------------------------------------------------- inventory taints (k8s_worker)
+
+def _reconcile(host: str, labels: dict, taints: list[dict]) -> dict:
+    proc = sh("ansible-playbook", "-i", LAB_INVENTORY, WORKER_NODE_PLAY, "-e",
+              json.dumps({"target": host, "k8s_worker_node_labels": labels, "k8s_worker_node_taints": taints}))
+    assert proc.returncode == 0, f"k8s_worker labels/taints on {host} failed:\n{tail(proc)}"
+    return recap(proc.stdout)[host]
+
+
+def _node(host: str) -> tuple[dict, list[dict], dict]:
+    node = kubectl_json(f"get node {host}")
+    meta = node["metadata"]
+    return meta.get("labels", {}), node["spec"].get("taints", []), meta.get("annotations", {})
+
+
+def test_inventory_taints_are_reconciled_and_foreign_taints_stay(cluster):
+    host = WORKERS[-1]
+    key = "ai-platform.io/k8s-worker-test"
+    foreign = "ai-platform.io/k8s-worker-test-foreign"
+    # PreferNoSchedule only: other engineers' workloads on the shared lab still schedule.
+    taint = {"key": key, "value": "integration", "effect": "PreferNoSchedule"}
+    on(CONTROL_PLANES[0], f"{KUBECTL} taint node {host} {foreign}=keep:PreferNoSchedule --overwrite")
+    try:
+        assert _reconcile(host, {key: "1"}, [taint])["changed"] > 0
+        labels, taints, annotations = _node(host)
+        assert labels.get(key) == "1"
+        assert {"key": key, "value": "integration", "effect": "PreferNoSchedule"} in taints, taints
+        assert json.loads(annotations["ai-platform.io/inventory-taints"]) == [f"{key}:PreferNoSchedule"]
+
+        assert _reconcile(host, {key: "1"}, [taint])["changed"] == 0, "a converged node was written to"
+
+        assert _reconcile(host, {key: "1"}, [dict(taint, value="changed")])["changed"] > 0
+        _, taints, _ = _node(host)
+        assert [t.get("value") for t in taints if t["key"] == key] == ["changed"], taints
+
+        # Dropped from the inventory: the role's own taint goes, the foreign one stays.
+        assert _reconcile(host, {}, [])["changed"] > 0
+        _, taints, annotations = _node(host)
+        keys = [t["key"] for t in taints]
+        assert key not in keys and foreign in keys, taints
+        assert "ai-platform.io/inventory-taints" not in annotations
+    finally:
+        on(CONTROL_PLANES[0], f"{KUBECTL} taint node {host} {foreign}- {key}- ; "
+                              f"{KUBECTL} label node {host} {key}- ; "
+                              f"{KUBECTL} annotate node {host} ai-platform.io/inventory-taints-")
 
 
 def test_api_survives_the_vip_holder_being_stopped(cluster):
