@@ -1,0 +1,371 @@
+"""Day-2 playbooks through the ai-l1-day2 tool against the lab cluster (issue 8, items 1, 2, 5).
+
+- drain with a PodDisruptionBudget that blocks: the drain gives up at a short timeout, the
+  tool exits 2, the node stays cordoned with ai-platform.io/drain-failed; the budget then
+  allows it: the drain succeeds and removes that annotation; uncordon restores the node;
+- rolling firmware update over the three workers with max_unavailable=1: a watch on the
+  Nodes (the API, not the logs) sees every worker cordoned in turn and never two at once;
+- the same update with a health-gate failure injected on the 2nd node (the fake firmware
+  command adds a double-bit ECC error to the node's simulated NVML): the run stops there,
+  the node stays cordoned with ai-platform.io/day2-failed, the 3rd node is never cordoned
+  and its firmware command never ran.
+
+Workloads live in the namespace day2-test. Every worker is put back as it was (cordon,
+taints, labels, annotations, the fake NVML scenario) even when a test fails. Timings are
+printed (pytest -s).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import CONTROL_PLANES, ENV, LAB_INVENTORY, REPO, WORKERS, on, tail
+
+NS = "day2-test"
+TOOL = [str(Path(sys.executable).parent / "ai-l1-day2")]
+OUR_REASONS = ("day2-test pdb", "firmware update")
+OUR_ANNOTATIONS = ("ai-platform.io/cordon-reason", "ai-platform.io/drain-failed", "ai-platform.io/day2-failed")
+FW_MARK = "/var/tmp/day2-test-fw"          # written by the fake firmware command
+FW_BREAK = "/var/tmp/day2-test-break-gpu"  # present: the fake firmware command breaks GPU 3
+SCENARIO = "/etc/ai-l1-fake/nvml-scenario"
+
+
+def fake_firmware_commands() -> dict:
+    """Firmware commands standing in for mlxfwmanager / the Ascend installer: they leave a mark,
+    ask for a reboot (the lab nodes are containers: the reboot must be skipped with the reason),
+    and on a node holding FW_BREAK simulate a flash that breaks GPU 3 (double-bit ECC errors)."""
+    gpu = (f"date +%s.%N > {FW_MARK}; "
+           f"if [ -e {FW_BREAK} ]; then echo gpu.3.ecc_dbe_volatile=2 >> {SCENARIO}; fi; "
+           "echo 'Please reboot machine to load new configurations.'")
+    return {"gpu_nvidia": {"argv": ["sh", "-c", gpu]},
+            "npu_ascend": {"argv": ["sh", "-c", f"date +%s.%N > {FW_MARK}; exit 2"], "reboot_rcs": [2]}}
+
+
+# ---------------------------------------------------------------- the API from the controller
+
+
+class Api:
+    def __init__(self, kubeconfig: dict):
+        from kubernetes import client, config  # noqa: PLC0415
+
+        self.client = client
+        self.kubeconfig = kubeconfig
+        self.core = client.CoreV1Api(config.new_client_from_config_dict(kubeconfig))
+        self.apps = client.AppsV1Api(self.core.api_client)
+        self.policy = client.PolicyV1Api(self.core.api_client)
+
+    def new_core(self):
+        from kubernetes import config  # noqa: PLC0415
+
+        return self.client.CoreV1Api(config.new_client_from_config_dict(self.kubeconfig))
+
+    def node(self, name: str):
+        return self.core.read_node(name, _request_timeout=15)
+
+    def state(self, name: str) -> dict:
+        n = self.node(name)
+        return {"unschedulable": bool(n.spec.unschedulable),
+                "taints": [t.to_dict() for t in (n.spec.taints or [])],
+                "labels": dict(n.metadata.labels or {}), "annotations": dict(n.metadata.annotations or {})}
+
+    def restore(self, name: str, before: dict) -> None:
+        """Put the Node's cordon, labels, annotations and taints back as they were."""
+        now = self.state(name)
+        body: dict = {"spec": {"unschedulable": before["unschedulable"]}, "metadata": {}}
+        for key in ("annotations", "labels"):
+            diff = {k: before[key].get(k) for k in set(now[key]) | set(before[key])
+                    if now[key].get(k) != before[key].get(k)}
+            if diff:
+                body["metadata"][key] = diff
+        self.core.patch_node(name, body)
+        want = [t for t in before["taints"] if t["key"] != "node.kubernetes.io/unschedulable"]
+        have = [t for t in self.state(name)["taints"] if t["key"] != "node.kubernetes.io/unschedulable"]
+        if sorted(json.dumps(t, sort_keys=True, default=str) for t in have) != \
+                sorted(json.dumps(t, sort_keys=True, default=str) for t in want):
+            self.core.patch_node(name, {"spec": {"taints": want or None}})
+
+
+class CordonWatch(threading.Thread):
+    """Watches the Nodes and records every change of the set of cordoned workers."""
+
+    def __init__(self, api: Api, workers: list[str]):
+        super().__init__(daemon=True)
+        self.core = api.new_core()
+        self.workers = set(workers)
+        self.cordoned: set[str] = set()
+        self.ever: set[str] = set()
+        self.max = 0
+        self.timeline: list[tuple[float, list[str]]] = []
+        self.stop_event = threading.Event()
+        self.ready = threading.Event()
+        self.error: Exception | None = None
+        self.t0 = time.monotonic()
+
+    def _update(self, node) -> None:
+        name = node.metadata.name
+        if name not in self.workers:
+            return
+        before = set(self.cordoned)
+        if node.spec.unschedulable:
+            self.cordoned.add(name)
+            self.ever.add(name)
+        else:
+            self.cordoned.discard(name)
+        if self.cordoned != before:
+            self.max = max(self.max, len(self.cordoned))
+            self.timeline.append((round(time.monotonic() - self.t0, 1), sorted(self.cordoned)))
+
+    def run(self) -> None:
+        from kubernetes import watch  # noqa: PLC0415
+
+        try:
+            listing = self.core.list_node(_request_timeout=30)
+            for node in listing.items:
+                self._update(node)
+            version = listing.metadata.resource_version
+            self.ready.set()
+            while not self.stop_event.is_set():
+                w = watch.Watch()
+                for event in w.stream(self.core.list_node, resource_version=version, timeout_seconds=5,
+                                      _request_timeout=30):
+                    version = event["object"].metadata.resource_version
+                    self._update(event["object"])
+                    if self.stop_event.is_set():
+                        w.stop()
+        except Exception as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+            self.ready.set()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join(timeout=15)
+
+
+# ---------------------------------------------------------------- fixtures and helpers
+
+
+def day2(*args: str, timeout: int = 600) -> tuple[int, dict, str]:
+    """Run the tool; returns (exit code, --json summary, progress lines)."""
+    t0 = time.monotonic()
+    proc = subprocess.run([*TOOL, *args, "-i", str(LAB_INVENTORY), "--json"], cwd=REPO, env=ENV,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+    print(f"timing ai-l1-day2 {' '.join(args)[:80]}: {time.monotonic() - t0:.0f}s (exit {proc.returncode})")
+    try:
+        summary = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"ai-l1-day2 {args} printed no JSON summary (exit {proc.returncode}):\n{tail(proc)}")
+    return proc.returncode, summary, proc.stderr
+
+
+@pytest.fixture(scope="module")
+def api(k8s_cluster):  # noqa: ARG001 - the cluster must be up
+    proc = on(CONTROL_PLANES[0], "cat /etc/kubernetes/admin.conf")
+    assert proc.returncode == 0 and "server:" in proc.stdout, f"cannot read admin.conf:\n{tail(proc)}"
+    return Api(yaml.safe_load(proc.stdout))
+
+
+@pytest.fixture(scope="module")
+def workers(api):
+    """The three workers, schedulable at the start and restored exactly at the end."""
+    before = {w: api.state(w) for w in WORKERS}
+    busy = {w: s["annotations"] for w, s in before.items() if s["unschedulable"]}
+    if busy:
+        pytest.fail(f"workers already cordoned before the day-2 tests (another test running?): {busy}")
+    scenarios = {w: on(w, f"cat {SCENARIO} 2>/dev/null").stdout for w in WORKERS}
+    yield before
+    for w in WORKERS:
+        on(w, f"rm -f {FW_MARK} {FW_BREAK}")
+        if scenarios[w]:
+            encoded = base64.b64encode(scenarios[w].encode()).decode()
+            on(w, f"echo {encoded} | base64 -d > {SCENARIO}")
+        now = api.state(w)
+        # Only what these tests did is undone: a node another test cordoned meanwhile is left to it.
+        ours = (now["annotations"].get("ai-platform.io/cordon-reason") in OUR_REASONS
+                or {"ai-platform.io/drain-failed", "ai-platform.io/day2-failed"} & set(now["annotations"]))
+        if now != before[w] and ours:
+            api.restore(w, before[w])
+        elif now != before[w]:
+            print(f"{w} changed by someone else during the day-2 tests, left as it is: {now['annotations']}")
+
+
+@pytest.fixture(scope="module")
+def namespace(api):
+    from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
+
+    try:
+        api.core.create_namespace({"metadata": {"name": NS}})
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    yield NS
+    api.core.delete_namespace(NS)
+
+
+def wait(predicate, timeout: float, what: str, step: float = 1.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def fabric_manager_units(workers_: list[str]) -> list[str]:
+    """The simulated A100 nodes have NVSwitch, so gpu_info wants the NVIDIA fabric manager running.
+    Where no driver role installed it, a stand-in unit is started (removed again by the caller)."""
+    added = []
+    for w in workers_:
+        state = on(w, "systemctl show -p LoadState,ActiveState nvidia-fabricmanager").stdout
+        if "LoadState=not-found" in state:
+            on(w, "printf '[Unit]\\nDescription=day2-test stand-in\\n[Service]\\nExecStart=/bin/sleep infinity\\n' "
+                  "> /run/systemd/system/nvidia-fabricmanager.service && systemctl daemon-reload && "
+                  "systemctl start nvidia-fabricmanager")
+            added.append(w)
+        elif "ActiveState=active" not in state:
+            on(w, "systemctl start nvidia-fabricmanager")
+    return added
+
+
+# ---------------------------------------------------------------- drain with a PodDisruptionBudget
+
+
+def test_drain_blocked_by_pdb_then_allowed(api, workers, namespace):  # noqa: ARG001
+    node = WORKERS[-1]  # npu1 in the lab: the GPU nodes are the busier ones in other tests
+    labels = {"app": "day2-pdb"}
+    api.apps.create_namespaced_deployment(namespace, {
+        "metadata": {"name": "day2-pdb"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                 "template": {"metadata": {"labels": labels},
+                              "spec": {"nodeSelector": {"kubernetes.io/hostname": node},
+                                       "terminationGracePeriodSeconds": 1,
+                                       "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10.1"}]}}}})
+    api.policy.create_namespaced_pod_disruption_budget(namespace, {
+        "metadata": {"name": "day2-pdb"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": labels}}})
+
+    def running():
+        pods = api.core.list_namespaced_pod(namespace, label_selector="app=day2-pdb").items
+        return [p for p in pods if p.status.phase == "Running" and p.spec.node_name == node]
+
+    wait(running, 180, f"the day2-pdb pod Running on {node}", 2)
+    wait(lambda: api.policy.read_namespaced_pod_disruption_budget("day2-pdb", namespace).status.current_healthy == 1,
+         60, "the PDB to count the pod healthy")
+
+    # Blocked: the budget allows no disruption; a 10 s drain gives up.
+    code, summary, progress = day2("drain", "--node", node, "--drain-timeout", "10", "--reason", "day2-test pdb")
+    assert code == 2, f"a drain blocked by a PDB must fail (exit 2), got {code}:\n{progress[-3000:]}"
+    assert summary["status"] == "failed" and summary["hosts"][node]["failed"] == 1, summary
+    assert any("Drain of " + node in f["msg"] for f in summary["failures"]), summary["failures"]
+    state = api.state(node)
+    assert state["unschedulable"], "the node must stay cordoned after a failed drain"
+    failed = state["annotations"].get("ai-platform.io/drain-failed", "")
+    assert "day2-test pdb" in failed and "day2-test/day2-pdb-" in failed, failed
+    assert state["annotations"].get("ai-platform.io/cordon-reason") == "day2-test pdb"
+    assert running(), "the PDB-protected pod must still run on the node"
+    print("drain-failed annotation:", failed)
+
+    # Allowed: the budget now tolerates one disruption.
+    api.policy.patch_namespaced_pod_disruption_budget("day2-pdb", namespace,
+                                                      {"spec": {"minAvailable": 0}})
+    wait(lambda: api.policy.read_namespaced_pod_disruption_budget("day2-pdb", namespace).status.disruptions_allowed,
+         60, "the PDB to allow a disruption")
+    code, summary, progress = day2("drain", "--node", node, "--drain-timeout", "120", "--reason", "day2-test pdb")
+    assert code == 0, f"drain with an allowing PDB must succeed, got {code}:\n{progress[-3000:]}"
+    state = api.state(node)
+    assert state["unschedulable"] and "ai-platform.io/drain-failed" not in state["annotations"], state["annotations"]
+    assert not running(), "the pod must be gone from the drained node"
+
+    code, summary, progress = day2("uncordon", "--node", node)
+    assert code == 0, progress[-3000:]
+    state = api.state(node)
+    assert not state["unschedulable"]
+    assert not set(OUR_ANNOTATIONS) & set(state["annotations"]), state["annotations"]
+    wait(running, 120, f"the day2-pdb pod back on {node} after uncordon", 2)
+    api.apps.delete_namespaced_deployment("day2-pdb", namespace)
+
+
+# ---------------------------------------------------------------- rolling firmware update
+
+
+@pytest.fixture(scope="module")
+def firmware_lab(workers):  # noqa: ARG001 - restore order: fabric manager units go before the workers' state
+    gpu_workers = [w for w in WORKERS if on(w, "test -e /etc/ai-l1-fake/nvml-scenario").returncode == 0]
+    added = fabric_manager_units(gpu_workers)
+    yield gpu_workers
+    for w in added:
+        on(w, "systemctl stop nvidia-fabricmanager; rm -f /run/systemd/system/nvidia-fabricmanager.service; "
+              "systemctl daemon-reload")
+
+
+def marks() -> dict[str, bool]:
+    return {w: on(w, f"test -e {FW_MARK}").returncode == 0 for w in WORKERS}
+
+
+def test_rolling_firmware_update_one_node_at_a_time(api, workers, firmware_lab):  # noqa: ARG001
+    for w in WORKERS:
+        on(w, f"rm -f {FW_MARK} {FW_BREAK}")
+    watcher = CordonWatch(api, WORKERS)
+    watcher.start()
+    assert watcher.ready.wait(30) and watcher.error is None, watcher.error
+    try:
+        code, summary, progress = day2("firmware-update", "--max-unavailable", "1", "--drain-timeout", "120",
+                                       "-e", json.dumps({"day2_firmware_commands": fake_firmware_commands()}))
+    finally:
+        time.sleep(2)
+        watcher.stop()
+    print("cordoned workers over time:", watcher.timeline)
+    assert watcher.error is None, watcher.error
+    assert code == 0, f"the rolling update failed (exit {code}):\n{progress[-4000:]}"
+    assert watcher.max == 1, f"more than max_unavailable=1 workers cordoned at once: {watcher.timeline}"
+    assert watcher.ever == set(WORKERS), f"every worker must have been taken out in turn: {watcher.timeline}"
+    assert not watcher.cordoned, f"workers left cordoned: {watcher.cordoned}"
+    assert marks() == dict.fromkeys(WORKERS, True), "the firmware command must have run on every worker"
+    # The fake tools ask for a reboot; lab nodes are containers: skipped, with the reason, never done.
+    said = {}
+    for path in (Path(summary["artifacts_dir"]) / "job_events").glob("*.json"):
+        event = json.loads(path.read_text())
+        data = event.get("event_data", {})
+        if event.get("event") == "runner_on_ok" and data.get("task") == "Report the reboot the host cannot do":
+            said[data["host"]] = data["res"]["msg"]
+    for w in WORKERS:
+        assert "SKIPPED: the host is a container" in said.get(w, ""), said
+    for w in WORKERS:
+        assert not set(OUR_ANNOTATIONS) & set(api.state(w)["annotations"]), w
+
+
+def test_failed_health_gate_stops_the_rolling_update(api, workers, firmware_lab):  # noqa: ARG001
+    first, second, third = WORKERS[:3]
+    if second not in firmware_lab:
+        pytest.fail(f"the 2nd worker {second} has no simulated NVML ({SCENARIO}): cannot inject a GPU fault")
+    for w in WORKERS:
+        on(w, f"rm -f {FW_MARK} {FW_BREAK}")
+    on(second, f"touch {FW_BREAK}")
+    watcher = CordonWatch(api, WORKERS)
+    watcher.start()
+    assert watcher.ready.wait(30) and watcher.error is None, watcher.error
+    try:
+        code, summary, progress = day2("firmware-update", "--max-unavailable", "1", "--drain-timeout", "120",
+                                       "-e", json.dumps({"day2_firmware_commands": fake_firmware_commands()}))
+    finally:
+        time.sleep(2)
+        watcher.stop()
+    print("cordoned workers over time:", watcher.timeline)
+    assert code == 2, f"an injected health-gate failure must fail the run (exit 2), got {code}:\n{progress[-4000:]}"
+    assert watcher.max == 1, watcher.timeline
+    assert third not in watcher.ever, f"{third} must never be cordoned: {watcher.timeline}"
+    assert marks() == {first: True, second: True, third: False}, "the run must stop before the 3rd node"
+    gate = [f for f in summary["failures"] if f["host"] == second]
+    assert gate and "double-bit ECC" in json.dumps(summary["failures"]), summary["failures"]
+    state = api.state(second)
+    assert state["unschedulable"], f"{second} must stay cordoned after its failed health gate"
+    assert "Health gate failed" in state["annotations"].get("ai-platform.io/day2-failed", ""), state["annotations"]
+    assert not api.state(first)["unschedulable"], f"{first} passed its gate and must be back in service"
+    assert summary["hosts"].get(third, {}).get("changed", 0) == 0, summary["hosts"]
