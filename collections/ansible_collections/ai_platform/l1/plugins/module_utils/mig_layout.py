@@ -136,6 +136,10 @@ def desired_layout(entries, gpus):
     return want
 
 
+def _mode(value):
+    return {'Enabled': True, 'Disabled': False}.get(value)  # [N/A]: not MIG capable
+
+
 def parse_mig_modes(text):
     """``--query-gpu=index,uuid,pci.device_id,mig.mode.current,mig.mode.pending --format=csv,noheader``."""
     gpus = {}
@@ -145,10 +149,8 @@ def parse_mig_modes(text):
         parts = [p.strip() for p in line.split(',')]
         if len(parts) != 5 or not parts[0].isdigit():
             raise MigLayoutError('unexpected nvidia-smi --query-gpu line: %r' % line)
-        def mode(v):
-            return {'Enabled': True, 'Disabled': False}.get(v)  # [N/A]: not MIG capable
-        gpus[int(parts[0])] = {'uuid': parts[1], 'device_id': parts[2], 'mig_capable': mode(parts[3]) is not None,
-                               'mig_current': bool(mode(parts[3])), 'mig_pending': bool(mode(parts[4]))}
+        gpus[int(parts[0])] = {'uuid': parts[1], 'device_id': parts[2], 'mig_capable': _mode(parts[3]) is not None,
+                               'mig_current': bool(_mode(parts[3])), 'mig_pending': bool(_mode(parts[4]))}
     return gpus
 
 
@@ -237,7 +239,7 @@ def plan(current, want):
             todo.append(('mode', layout['mig_enabled']))
         if layout['mig_enabled'] and layout['devices'] and (not same_devices or not have['mig_enabled']):
             order = sorted(layout['devices'], key=lambda p: (-profile_slices(p), p))
-            todo.append(('create', [p for p in order for _ in range(layout['devices'][p])]))
+            todo.append(('create', [p for p in order for dummy in range(layout['devices'][p])]))
         if todo:
             steps[idx] = todo
     return steps
@@ -249,8 +251,8 @@ def describe(layout):
         return 'MIG off'
     if not layout['devices']:
         return 'MIG on: no instances'
-    return 'MIG on: ' + ', '.join('%s x%d' % (p, c) for p, c in sorted(layout['devices'].items(),
-                                                                      key=lambda pc: (-profile_slices(pc[0]), pc[0])))
+    items = sorted(layout['devices'].items(), key=lambda pc: (-profile_slices(pc[0]), pc[0]))
+    return 'MIG on: ' + ', '.join('%s x%d' % (p, c) for p, c in items)
 
 
 def render(layouts):

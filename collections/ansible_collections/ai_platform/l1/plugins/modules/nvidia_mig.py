@@ -12,7 +12,7 @@ short_description: Apply a declarative MIG layout (mig-parted config format) to 
 version_added: "0.1.0"
 description:
   - Reads the MIG mode and GPU instances of every GPU with C(nvidia-smi) and compares them with
-    the layout that config O(config_name) of O(config) (the mig-parted C(version: v1) format) wants.
+    the layout that config O(config_name) of O(config) (the mig-parted C(version=v1) format) wants.
   - Changes only GPUs whose layout differs; a GPU no entry of the config selects is left alone.
   - Before changing anything it checks that every wanted profile exists on the GPU and
     that no process runs on a GPU it would change (unless O(allow_processes)); it fails
@@ -205,9 +205,9 @@ def main():
     result['after'] = ml.current_layout(modes, instances)
     wrong = [idx for idx in todo if result['after'].get(idx) != want[idx]]
     if wrong:
-        module.fail_json(msg='MIG layout not as wanted after applying: %s'
-                         % '; '.join('GPU %d has %s, wanted %s' % (i, ml.describe(result['after'][i]),
-                                                                    ml.describe(want[i])) for i in wrong), **result)
+        what = '; '.join('GPU %d has %s, wanted %s' % (i, ml.describe(result['after'][i]), ml.describe(want[i]))
+                         for i in wrong)
+        module.fail_json(msg='MIG layout not as wanted after applying: %s' % what, **result)
     module.exit_json(**result)
 
 
