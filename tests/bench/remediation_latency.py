@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import signal
 import sys
 import tempfile
 import time
@@ -32,6 +33,10 @@ INVENTORY = ROOT / "inventories" / "lab"
 def pct(samples: list[float], p: float) -> float:
     ordered = sorted(samples)
     return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+def interrupt(_signum, _frame):
+    raise KeyboardInterrupt
 
 
 def main() -> int:
@@ -56,6 +61,8 @@ def main() -> int:
            "run": {"inventory": str(INVENTORY), "workers": 1, "timeout_s": 600, "precordon": not args.no_precordon,
                    "extravars": {"day2_drain_timeout": 120}}}
     receiver = Receiver(tmp, cfg)
+    # timeout(1)/kill send SIGTERM: leave through `finally` (the node is put back)
+    signal.signal(signal.SIGTERM, interrupt)
     receiver.start()
     cordoned, finished = [], []
     try:
@@ -77,9 +84,14 @@ def main() -> int:
                   f"{finished[-1]:6.1f} s", flush=True)
             api.restore(snapshot)
             time.sleep(1)
+    except KeyboardInterrupt:
+        print(f"interrupted after {len(cordoned)} samples", file=sys.stderr)
     finally:
         receiver.stop()
+        receiver.settle()  # a detached run still going would isolate the node after the restore
         api.restore(snapshot)
+    if not cordoned:
+        return 1
     mode = "playbook cordon" if args.no_precordon else "precordon"
     print(f"\nwebhook -> Node cordoned ({mode}), n={len(cordoned)}: p50 {pct(cordoned, 50):.2f} s  "
           f"p90 {pct(cordoned, 90):.2f} s  p99 {pct(cordoned, 99):.2f} s  max {max(cordoned):.2f} s  "

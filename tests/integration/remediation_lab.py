@@ -178,10 +178,38 @@ class Receiver:
         raise AssertionError(f"job {job_id} not in {states} after {timeout}s: {self.job(job_id)}\n"
                              f"{self.log()[-3000:]}")
 
+    def settle(self, timeout: float = 300) -> list[int]:
+        """Wait until no isolation run of this receiver is in flight (runs are detached: one
+        still going after the receiver stopped would isolate a node again after a restore).
+        Returns the run pids it waited for."""
+        waited = []
+        end = time.monotonic() + timeout
+        for job_dir in sorted((self.state_dir / "jobs").glob("job-*")):
+            for pid in _run_pids(job_dir):
+                waited.append(pid)
+                while Path(f"/proc/{pid}").exists() and time.monotonic() < end:
+                    time.sleep(0.5)
+        return waited
+
     def runs_on_disk(self, job_id: int) -> list[str]:
         """ansible-runner idents that ran for the job, counted from the artifacts on disk."""
         root = self.state_dir / "jobs" / f"job-{job_id:06d}" / "runs"
         return sorted(p.name for p in root.glob("*/artifacts/*") if p.is_dir())
+
+
+def _run_pids(job_dir: Path) -> list[int]:
+    """Live `ai_l1_day2.remediation.execute` processes working in job_dir."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"ai_l1_day2.remediation.execute" in cmdline and str(job_dir).encode() in cmdline:
+            pids.append(int(proc.name))
+    return pids
 
 
 def alert(name: str, node: str, xid: int | None = 79, fp: str | None = None) -> dict:

@@ -36,7 +36,11 @@ def lab(k8s_cluster, tmp_path_factory):
     if busy:
         pytest.fail(f"workers {busy} are already cordoned or isolated before the test: the ceiling test needs "
                     "all three schedulable (another test left them so?)")
-    yield {"tmp": tmp, "kubeconfig": kubeconfig, "api": api, "snapshot": snapshot}
+    receivers: list[Receiver] = []
+    yield {"tmp": tmp, "kubeconfig": kubeconfig, "api": api, "snapshot": snapshot, "receivers": receivers}
+    for rcv in receivers:  # a failed test may leave a receiver or a detached run behind
+        rcv.stop()
+        rcv.settle()
     print("restored:", api.restore(snapshot))
 
 
@@ -55,9 +59,11 @@ def config(lab, name: str, **run) -> dict:
 @pytest.fixture(scope="module")
 def receiver(lab):
     rcv = Receiver(lab["tmp"] / "main", config(lab, "main"))
+    lab["receivers"].append(rcv)
     rcv.start()
     yield rcv
     rcv.stop()
+    rcv.settle()
     print(rcv.log()[-2000:])
 
 
@@ -125,8 +131,10 @@ def test_pool_ceiling_stops_the_third_isolation(lab, receiver):
 def test_receiver_killed_mid_run_restarted_work_runs_once(lab, receiver):
     api = lab["api"]
     receiver.stop()  # the module's receiver is done; free the workers for this scenario
+    receiver.settle()
     print("restored:", api.restore(lab["snapshot"]))
     rcv = Receiver(lab["tmp"] / "kill", config(lab, "kill", workers=1))  # one worker: gpu2 stays queued
+    lab["receivers"].append(rcv)
     rcv.start()
     try:
         [first] = rcv.post_alerts(alert("GPUXidError", "gpu1"))
@@ -148,4 +156,5 @@ def test_receiver_killed_mid_run_restarted_work_runs_once(lab, receiver):
         assert isolated(api, "gpu1") and isolated(api, "gpu2")
     finally:
         rcv.stop()
+        rcv.settle()
         print("restored:", api.restore(lab["snapshot"]))
