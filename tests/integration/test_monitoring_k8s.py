@@ -147,7 +147,9 @@ def test_dcgm_exporter_uses_our_counters(deployed):
     assert container["image"].startswith(f"{REGISTRY}/"), container["image"]
     monitor = get("servicemonitor", "dcgm-exporter")
     relabel = monitor["spec"]["endpoints"][0]["relabelings"]
-    assert {"targetLabel": "job", "replacement": "dcgm-exporter"} in relabel, relabel
+    # The CRD defaults action: replace.
+    assert any(r.get("targetLabel") == "job" and r.get("replacement") == "dcgm-exporter"
+               and r.get("action", "replace") == "replace" for r in relabel), relabel
 
 
 def test_npd_configmap_and_images(deployed):
