@@ -73,10 +73,17 @@ def gpu1_restored(k8s_cluster):  # noqa: ARG001 (needs the cluster)
         reason = node["metadata"].get("annotations", {}).get("ai-platform.io/cordon-reason", "no reason recorded")
         pytest.fail(f"{NODE} is cordoned before the test ({reason}): someone else is using it; this test "
                     "uncordons it at the end, so it refuses to start")
-    # The fake must answer `nvidia-smi mig`: a node built before that reinstalls its profile.
+    # The fake must answer `nvidia-smi mig`: on a node built before that, replace the fake's two
+    # binaries only (its scenario, which other tests edit, stays), as the a100 profile lays them out.
     if "unsupported argument" in on(NODE, "nvidia-smi mig -lgi").stderr:
-        hook = sh("bash", REPO / "tests/hardware/profiles/a100/install.sh", f"{LAB_NAME}-{NODE}", timeout=600)
-        assert hook.returncode == 0, f"reinstalling the a100 profile on {NODE}:\n{tail(hook)}"
+        build = sh("bash", REPO / "tests/hardware/nvml/build.sh", check=True).stdout.strip().splitlines()[-1]
+        container = f"{LAB_NAME}-{NODE}"
+        driver = on(NODE, "nvidia-smi --query-gpu=driver_version --format=csv,noheader -i 0").stdout.strip()
+        lib = on(NODE, f"ls /usr/lib/*-linux-gnu/libnvidia-ml.so.{driver}").stdout.strip()
+        assert driver and lib, f"no fake NVML library found on {NODE}"
+        sh("podman", "cp", f"{build}/libnvidia-ml.so.1", f"{container}:{lib}", check=True)
+        sh("podman", "cp", f"{build}/nvidia-smi", f"{container}:/usr/bin/nvidia-smi", check=True)
+        assert "unsupported argument" not in on(NODE, "nvidia-smi mig -lgi").stderr
     saved = on(NODE, f"cat {STATE}")
     had_state = saved.returncode == 0
     before = gpu_instances()
