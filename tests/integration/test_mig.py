@@ -161,3 +161,22 @@ def test_mig_reconfiguration_drains_and_uncordons(tmp_path, gpu1_restored):
     assert "already applied" in second.stdout
     assert "MIG cordon" not in second.stdout
     assert recap(second.stdout)[NODE]["changed"] == 0
+
+
+def test_mig_failure_leaves_node_cordoned_with_reason(tmp_path, gpu1_restored):
+    # A GPU client outside Kubernetes (the drain cannot stop it): applying must refuse after the
+    # drain, and the node must stay cordoned with the reason (the fixture undoes both).
+    inject = on(NODE, f"mkdir -p {STATE.rsplit('/', 1)[0]} && echo gpu.0.process.0=4242,python3,2048 >> {STATE}")
+    assert inject.returncode == 0, tail(inject)
+    failed = run_role(tmp_path, "failing")
+    assert failed.returncode != 0, "the role succeeded although a process uses GPU 0"
+    out = failed.stdout
+    assert out.find("MIG cordon (1/5)") < out.find("MIG drain (2/5)") < out.find("MIG apply |")
+    assert "MIG uncordon (5/5)" not in out
+    node = node_json()
+    reason = node["metadata"].get("annotations", {}).get("ai-platform.io/cordon-reason", "")
+    print("cordon reason left on the node:", reason)
+    assert node["spec"].get("unschedulable"), f"{NODE} was uncordoned although the MIG change failed"
+    assert reason.startswith("MIG reconfiguration to mig-test failed"), reason
+    assert "pid 4242" in reason, reason
+    assert gpu_instances() == gpu1_restored, "the refused change touched the GPU instances"
