@@ -58,6 +58,8 @@ def cleanup() -> None:
            f"{KUBECTL} -n kube-system delete configmap node-problem-detector-gpu --ignore-not-found; "
            f"{KUBECTL} get crd -o name | grep monitoring.coreos.com | xargs -r {KUBECTL} delete --wait=false",
        timeout=300)
+    # Gone before the next run: a Terminating namespace refuses new objects.
+    on(CP, f"{KUBECTL} wait --for=delete namespace/monitoring --timeout=180s 2>/dev/null || true", timeout=240)
 
 
 @pytest.fixture(scope="module")
