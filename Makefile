@@ -59,7 +59,8 @@ sanity:
 unit:
 	python -m pytest -q tests/unit
 
-molecule: image
+# lab-artifacts: scenarios install vendor packages from the lab's files mirror (nvidia_stack).
+molecule: image lab-artifacts
 	@for s in $(SCENARIOS); do echo "== molecule test -s $$s"; molecule test -s $$s || exit 1; done
 
 integration: image lab-supplies lab-artifacts
