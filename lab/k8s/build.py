@@ -538,7 +538,8 @@ def main(argv: list[str] | None = None) -> int:
             upstream = {n for n, a in manifest.artifacts.items() if ARCH in a.sha256}
             missing = set(manifest.artifacts) - set(record["artifacts"]) - set(record["not_built"]) - upstream
             if missing:
-                raise BuildError(f"manifest artifacts with no lab recipe: {', '.join(sorted(missing))}")
+                raise BuildError(f"manifest artifacts with no lab recipe: {', '.join(sorted(missing))} "
+                                 "(helm and charts: run python lab/charts/build.py first)")
             text = json.dumps(record, indent=2, sort_keys=True) + "\n"
             if not BUILD_RECORD.exists() or BUILD_RECORD.read_text() != text:
                 BUILD_RECORD.write_text(text)
