@@ -8,7 +8,11 @@
 - the same update with a health-gate failure injected on the 2nd node (the fake firmware
   command adds a double-bit ECC error to the node's simulated NVML): the run stops there,
   the node stays cordoned with ai-platform.io/day2-failed, the 3rd node is never cordoned
-  and its firmware command never ran.
+  and its firmware command never ran;
+- a worker already cordoned by someone else counts against max_unavailable: the update is
+  refused before any other node is touched;
+- isolation: cordon, fault taint/label/annotation and the critical alert (received by a
+  stand-in Alertmanager API on the controller); uncordon with day2_clear_fault removes it all.
 
 Workloads live in the namespace day2-test. Every worker is put back as it was (cordon,
 taints, labels, annotations, the fake NVML scenario) even when a test fails. Timings are
@@ -18,6 +22,7 @@ printed (pytest -s).
 from __future__ import annotations
 
 import base64
+import http.server
 import json
 import subprocess
 import sys
@@ -31,7 +36,7 @@ from conftest import CONTROL_PLANES, ENV, LAB_INVENTORY, REPO, WORKERS, on, tail
 
 NS = "day2-test"
 TOOL = [str(Path(sys.executable).parent / "ai-l1-day2")]
-OUR_REASONS = ("day2-test pdb", "firmware update")
+OUR_REASONS = ("day2-test pdb", "firmware update", "fault isolation: xid-79: day2-test")
 OUR_ANNOTATIONS = ("ai-platform.io/cordon-reason", "ai-platform.io/drain-failed", "ai-platform.io/day2-failed")
 FW_MARK = "/var/tmp/day2-test-fw"          # written by the fake firmware command
 FW_BREAK = "/var/tmp/day2-test-break-gpu"  # present: the fake firmware command breaks GPU 3
@@ -188,12 +193,13 @@ def workers(api):
             on(w, f"echo {encoded} | base64 -d > {SCENARIO}")
         now = api.state(w)
         # Only what these tests did is undone: a node another test cordoned meanwhile is left to it.
-        ours = (now["annotations"].get("ai-platform.io/cordon-reason") in OUR_REASONS
+        ours = (now["annotations"].get("ai-platform.io/cordon-reason", "").startswith(OUR_REASONS)
                 or {"ai-platform.io/drain-failed", "ai-platform.io/day2-failed"} & set(now["annotations"]))
         if now != before[w] and ours:
             api.restore(w, before[w])
         elif now != before[w]:
-            print(f"{w} changed by someone else during the day-2 tests, left as it is: {now['annotations']}")
+            changed = sorted(k for k in now if now[k] != before[w][k])
+            print(f"{w}: {changed} changed during the day-2 tests, not by them: left as it is")
 
 
 @pytest.fixture(scope="module")
@@ -369,3 +375,70 @@ def test_failed_health_gate_stops_the_rolling_update(api, workers, firmware_lab)
     assert "Health gate failed" in state["annotations"].get("ai-platform.io/day2-failed", ""), state["annotations"]
     assert not api.state(first)["unschedulable"], f"{first} passed its gate and must be back in service"
     assert summary["hosts"].get(third, {}).get("changed", 0) == 0, summary["hosts"]
+
+
+def test_firmware_update_refused_when_a_worker_is_already_cordoned(api, workers, firmware_lab):  # noqa: ARG001
+    busy = WORKERS[1]
+    api.core.patch_node(busy, {"spec": {"unschedulable": True},
+                               "metadata": {"annotations": {"ai-platform.io/cordon-reason": "day2-test pdb"}}})
+    for w in WORKERS:
+        on(w, f"rm -f {FW_MARK} {FW_BREAK}")
+    watcher = CordonWatch(api, WORKERS)
+    watcher.start()
+    assert watcher.ready.wait(30) and watcher.error is None, watcher.error
+    try:
+        code, summary, progress = day2("firmware-update", "--max-unavailable", "1",
+                                       "-e", json.dumps({"day2_firmware_commands": fake_firmware_commands()}))
+    finally:
+        time.sleep(2)
+        watcher.stop()
+        api.restore(busy, workers[busy])
+    print("cordoned workers over time:", watcher.timeline)
+    assert code == 2, progress[-3000:]
+    assert "already cordoned" in json.dumps(summary["failures"]), summary["failures"]
+    assert watcher.ever == {busy}, f"no other worker may be cordoned: {watcher.timeline}"
+    assert not any(marks().values()), "no firmware command may run"
+
+
+class _Alertmanager(http.server.BaseHTTPRequestHandler):
+    received: list = []
+
+    def do_POST(self):  # noqa: N802 - http.server's name
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        type(self).received.append((self.path, json.loads(body)))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args):  # noqa: ARG002 - quiet
+        return
+
+
+def test_isolate_taints_labels_alerts_and_uncordon_clears(api, workers):  # noqa: ARG001
+    node = WORKERS[-1]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Alertmanager)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _Alertmanager.received.clear()
+    try:
+        code, summary, progress = day2("isolate", "--node", node, "--fault", "xid-79", "--details",
+                                       "day2-test GPU 0 fell off the bus", "--drain-timeout", "60",
+                                       "--alertmanager-url", f"http://127.0.0.1:{server.server_port}/")
+    finally:
+        server.shutdown()
+    assert code == 0, progress[-3000:]
+    state = api.state(node)
+    assert state["unschedulable"]
+    assert {"key": "ai-platform.io/fault", "value": "xid-79", "effect": "NoSchedule"} in \
+        [{k: t[k] for k in ("key", "value", "effect")} for t in state["taints"]], state["taints"]
+    assert state["labels"].get("ai-platform.io/fault") == "xid-79"
+    assert "day2-test GPU 0 fell off the bus" in state["annotations"].get("ai-platform.io/fault", "")
+    assert len(_Alertmanager.received) == 1, _Alertmanager.received
+    path, alerts = _Alertmanager.received[0]
+    assert path == "/api/v2/alerts"
+    assert alerts[0]["labels"] == {"alertname": "NodeIsolated", "severity": "critical", "node": node, "fault": "xid-79"}
+
+    code, summary, progress = day2("uncordon", "--node", node, "-e", "day2_clear_fault=true")
+    assert code == 0, progress[-3000:]
+    state = api.state(node)
+    assert not state["unschedulable"]
+    assert not [t for t in state["taints"] if t["key"] == "ai-platform.io/fault"], state["taints"]
+    assert "ai-platform.io/fault" not in state["labels"] and "ai-platform.io/fault" not in state["annotations"]
