@@ -172,6 +172,7 @@ def test_xid_injection_reaches_webhook_and_feishu(tmp_path):  # noqa: PLR0915 (o
         (alert,) = [a for a in payload["alerts"] if a["labels"]["alertname"] == "GPUXidError"]
         assert alert["labels"]["Hostname"] == "gpu1" and alert["labels"]["gpu"] == "2"
         assert alert["labels"]["severity"] == "critical"
+        assert alert["labels"]["xid"] == "79"  # what the remediation policy keys on
         assert alert["annotations"]["summary"] == "GPU XID 79 on gpu1 GPU 2"
         key = f"{message['timestamp']}\n{SECRET}".encode()
         assert message["sign"] == base64.b64encode(hmac.new(key, b"", hashlib.sha256).digest()).decode()
