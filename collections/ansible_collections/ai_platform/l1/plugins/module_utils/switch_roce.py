@@ -203,8 +203,8 @@ def _note(line, verb):
         return 'PFC port %s: %s' % (m.group(1), 'on' if verb == 'add' else 'off')
     ecn = _ONYX_ECN.match(m.group(2)) if m else None
     if ecn:
-        return 'ECN traffic-class %s port %s: %s' % (ecn.group(1), m.group(1),
-                                                      ecn.group(2) if verb == 'add' else 'off')
+        state = ecn.group(2) if verb == 'add' else 'off'
+        return 'ECN traffic-class %s port %s: %s' % (ecn.group(1), m.group(1), state)
     return '%s: %s' % (verb, line)
 
 
