@@ -121,7 +121,7 @@ def test_relay_deployment_and_secret(deployed):
     assert get("service", "feishu-relay")["spec"]["ports"][0]["port"] == 9099
 
 
-def test_grafana_loads_the_dashboards(deployed):
+def test_grafana_sidecar_picks_up_the_dashboards_configmap(deployed):
     cm = get("configmap", "ai-l1-gpu-dashboards")
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     for path in sorted((MON / "dashboards").glob("*.json")):
