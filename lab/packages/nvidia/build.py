@@ -13,6 +13,18 @@ Two signed flat APT repositories, laid out as the files mirror maps upstream URL
   nvidia.github.io/libnvidia-container/stable/deb/amd64/              (the toolkit repository)
       nvidia-container-toolkit
 
+And the driver's .run installer for every version in DRIVERS, at both of its upstream paths:
+
+  us.download.nvidia.com/tesla/<v>/NVIDIA-Linux-x86_64-<v>.run           (data center drivers)
+  download.nvidia.com/XFree86/Linux-x86_64/<v>/NVIDIA-Linux-x86_64-<v>.run
+
+a self-extracting shell script with a tar payload that takes the real installer's options
+(--silent/-s, --dkms, --no-questions/-q, --ui=none, --disable-nouveau, --uninstall, --version,
+--check, --extract-only/-x; anything else is an error) and installs the same fake NVML and
+nvidia-smi as the packages, recording what it installed for --uninstall and for the next
+version's installer (which removes the previous one first, as nvidia-installer does). It
+refuses a node whose NVML comes from a package (dpkg) and a damaged payload.
+
 Each repository carries the lab's signing key as ai-l1-lab-packages.asc. The packages install
 the simulated driver of tests/hardware/nvml (fake libnvidia-ml.so.1 and nvidia-smi) and lab
 fakes of the daemons and tools (lab/packages/nvidia/files). Installing nvidia-kernel-dkms
@@ -25,9 +37,13 @@ re-links the published tree.
 
 from __future__ import annotations
 
+import gzip
+import hashlib
+import io
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 from pathlib import Path
 
@@ -42,6 +58,8 @@ FAKE_EXPORTER = REPO_ROOT / "tests" / "hardware" / "dcgm" / "fake_dcgm_exporter.
 MIRROR_FILES = debrepo.CACHE / "mirror" / "files"
 CUDA_PATH = "developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64"
 TOOLKIT_PATH = "nvidia.github.io/libnvidia-container/stable/deb/amd64"
+RUNFILE_PATHS = ("us.download.nvidia.com/tesla/{v}", "download.nvidia.com/XFree86/Linux-x86_64/{v}")
+RUNFILE_NAME = "NVIDIA-Linux-x86_64-{v}.run"
 KEY_NAME = "ai-l1-lab-packages.asc"
 ARCH = "amd64"
 LIBDIR = "usr/lib/x86_64-linux-gnu"
@@ -95,6 +113,145 @@ if [ "$1" = configure ] && [ -d /run/systemd/system ]; then
     systemctl try-restart {unit} >/dev/null 2>&1 || true
 fi
 """
+
+# The .run installer (makeself style, as NVIDIA ships it): this header, then a gzip'ed tar.
+RUNFILE_HEADER = r"""#!/bin/sh
+# NVIDIA-Linux-x86_64-@VERSION@.run: lab build of lab/packages/nvidia/build.py (fake driver).
+# Payload: gzip'ed tar from line @SKIP@, sha256 @SHA@.
+VERSION='@VERSION@'
+CUDA='@CUDA@'
+SKIP=@SKIP@
+PAYLOAD_SHA256='@SHA@'
+LIBDIR=/usr/lib/x86_64-linux-gnu
+STATE=/var/lib/nvidia
+MANIFEST=$STATE/ai-l1-runfile.manifest
+LOG=/var/log/nvidia-installer.log
+mode=install; silent=0; dkms=0
+usage() {
+  cat <<EOF
+Usage: sh $0 [options]
+  -s, --silent        no questions, no UI
+  --dkms              register the kernel module source with DKMS
+  --uninstall         remove the installed driver
+  -v, --version       print the driver version
+  --check             check the payload's integrity
+  -x, --extract-only  unpack into ./NVIDIA-Linux-x86_64-$VERSION
+  accepted: -a, --accept-license, -q, --no-questions, --ui=none, --disable-nouveau,
+            --no-nouveau-check, --no-dkms, -n, --no-x-check, -N, --no-network
+EOF
+}
+log() { if [ -d "${LOG%/*}" ]; then echo "$*" >> "$LOG" 2>/dev/null; fi; return 0; }
+die() { echo "ERROR: $*" >&2; log "ERROR: $*"; exit 1; }
+say() { [ "$silent" = 1 ] || echo "$*"; log "$*"; }
+for arg in "$@"; do
+  case $arg in
+    -s|--silent) silent=1 ;;
+    --dkms) dkms=1 ;;
+    --no-dkms) dkms=0 ;;
+    --uninstall) mode=uninstall ;;
+    -v|--version) echo "$0: version $VERSION"; exit 0 ;;
+    --check) mode=check ;;
+    -x|--extract-only) mode=extract ;;
+    -a|--accept-license|-q|--no-questions|--ui=none|--disable-nouveau|--no-nouveau-check) ;;
+    -n|--no-x-check|-N|--no-network) ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "ERROR: unrecognized option: '$arg'" >&2; usage >&2; exit 1 ;;
+  esac
+done
+[ "$(tail -n +"$SKIP" "$0" | sha256sum | cut -d' ' -f1)" = "$PAYLOAD_SHA256" ] \
+  || die "the installer $0 is damaged (payload checksum mismatch); download it again"
+if [ "$mode" = check ]; then echo "$0: integrity check OK"; exit 0; fi
+if [ "$mode" = extract ]; then
+  mkdir -p "NVIDIA-Linux-x86_64-$VERSION" && tail -n +"$SKIP" "$0" | tar -xzf - -C "NVIDIA-Linux-x86_64-$VERSION"
+  exit $?
+fi
+[ "$(id -u)" = 0 ] || die "nvidia-installer must be run as root"
+remove_installed() {
+  [ -f "$MANIFEST" ] || return 0
+  old=$(sed -n 's/^version=//p' "$MANIFEST")
+  say "Removing the installed NVIDIA driver $old"
+  sed -n 's/^file=//p' "$MANIFEST" | while read -r f; do rm -f "$f"; done
+  if [ -n "$old" ] && command -v dkms >/dev/null 2>&1; then
+    dkms remove -m nvidia -v "$old" --all >/dev/null 2>&1 || true
+  fi
+  if [ -n "$old" ]; then rm -rf "/usr/src/nvidia-$old"; fi
+  rm -f "$MANIFEST"
+  ldconfig
+}
+if [ "$mode" = uninstall ]; then
+  [ -f "$MANIFEST" ] || die "no NVIDIA driver installed by a .run installer ($MANIFEST is missing)"
+  remove_installed
+  exit 0
+fi
+mkdir -p "$STATE" "${LOG%/*}" && : > "$LOG"
+# As nvidia-installer: a driver from the distribution's packages must be removed first.
+if command -v dpkg >/dev/null 2>&1 && owner=$(dpkg -S "$LIBDIR/libnvidia-ml.so.1" 2>/dev/null); then
+  die "an NVIDIA driver is installed by the package manager (${owner%%:*}); remove it before running $0"
+fi
+tmp=$(mktemp -d) || die "cannot create a temporary directory"
+trap 'rm -rf "$tmp"' EXIT
+tail -n +"$SKIP" "$0" | tar -xzf - -C "$tmp" || die "cannot unpack $0"
+remove_installed
+say "Installing NVIDIA driver $VERSION"
+install -D -m 0755 "$tmp/libnvidia-ml.so.1" "$LIBDIR/libnvidia-ml.so.$VERSION" || die "cannot install libnvidia-ml"
+ln -sfn "libnvidia-ml.so.$VERSION" "$LIBDIR/libnvidia-ml.so.1"
+install -D -m 0755 "$tmp/nvidia-smi" /usr/bin/nvidia-smi || die "cannot install nvidia-smi"
+install -D -m 0755 "$0" /usr/bin/nvidia-installer
+printf '#!/bin/sh\nexec sh /usr/bin/nvidia-installer --uninstall "$@"\n' > /usr/bin/nvidia-uninstall
+chmod 0755 /usr/bin/nvidia-uninstall
+install -D -m 0644 "$tmp/dkms.conf" "/usr/src/nvidia-$VERSION/dkms.conf"
+if [ "$dkms" = 1 ]; then
+  if command -v dkms >/dev/null 2>&1; then
+    dkms add -m nvidia -v "$VERSION" >/dev/null 2>&1 || say "WARNING: dkms add -m nvidia -v $VERSION failed"
+  else
+    say "WARNING: --dkms given but dkms is not installed; the module is not registered with DKMS"
+  fi
+fi
+ldconfig
+{
+  echo "version=$VERSION"
+  for f in "$LIBDIR/libnvidia-ml.so.$VERSION" "$LIBDIR/libnvidia-ml.so.1" /usr/bin/nvidia-smi \
+           /usr/bin/nvidia-installer /usr/bin/nvidia-uninstall; do echo "file=$f"; done
+} > "$MANIFEST"
+# What loading the new kernel module does on hardware: the (fake) NVML now reports it.
+scenario=/etc/ai-l1-fake/nvml-scenario
+if [ -f "$scenario" ]; then
+  sed -i -e '/^driver_version=/d' -e '/^cuda_driver_version=/d' "$scenario"
+  printf 'driver_version=%s\ncuda_driver_version=%s\n' "$VERSION" "$CUDA" >> "$scenario"
+fi
+say "Installation of the NVIDIA driver $VERSION is complete"
+exit 0
+"""
+
+
+def tar_payload(files: dict[str, tuple[bytes, int]]) -> bytes:
+    """Reproducible tar.gz: sorted names, mtime 0, root owner."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for name in sorted(files):
+            data, mode = files[name]
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), mode, 0
+            info.uname = info.gname = "root"
+            tar.addfile(info, io.BytesIO(data))
+    out = io.BytesIO()
+    with gzip.GzipFile(fileobj=out, mode="wb", mtime=0) as gz:
+        gz.write(raw.getvalue())
+    return out.getvalue()
+
+
+def runfile(nvml: Path, version: str, cuda: int) -> bytes:
+    """NVIDIA-Linux-x86_64-<version>.run: the header script, then its payload."""
+    payload = tar_payload({
+        "libnvidia-ml.so.1": ((nvml / "libnvidia-ml.so.1").read_bytes(), 0o755),
+        "nvidia-smi": ((nvml / "nvidia-smi").read_bytes(), 0o755),
+        "dkms.conf": (f'PACKAGE_NAME="nvidia"\nPACKAGE_VERSION="{version}"\nBUILT_MODULE_NAME[0]="nvidia"\n'
+                      'DEST_MODULE_LOCATION[0]="/kernel/drivers/video"\nAUTOINSTALL="yes"\n'.encode(), 0o644),
+    })
+    header = (RUNFILE_HEADER.replace("@VERSION@", version).replace("@CUDA@", str(cuda))
+              .replace("@SHA@", hashlib.sha256(payload).hexdigest()))
+    skip = header.count("\n") + 1          # the payload starts on the line after the header
+    return header.replace("@SKIP@", str(skip)).encode() + payload
 
 
 def control(name: str, version: str, desc: str, depends: str = "", **extra: str) -> dict[str, str]:
@@ -208,13 +365,18 @@ def build() -> Path:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".nvidia-", dir=out.parent))
         try:
-            cuda, toolkit, work = tmp / "cuda", tmp / "toolkit", tmp / "work"
-            for d in (cuda, toolkit, work):
+            cuda, toolkit, work, runs = tmp / "cuda", tmp / "toolkit", tmp / "work", tmp / "runfile"
+            for d in (cuda, toolkit, work, runs):
                 d.mkdir()
             debs = [d for ver, api in DRIVERS.items() for d in driver_pkgs(work, cuda, nvml, ver, api)]
             debs += dcgm_pkgs(work, cuda)
             debrepo.flat_repo(cuda, debs, "ai-l1 lab NVIDIA CUDA", KEY_NAME)
             debrepo.flat_repo(toolkit, toolkit_pkgs(work, toolkit), "ai-l1 lab NVIDIA container toolkit", KEY_NAME)
+            for ver, api in DRIVERS.items():
+                (runs / ver).mkdir()
+                dest = runs / ver / RUNFILE_NAME.format(v=ver)
+                dest.write_bytes(runfile(nvml, ver, api))
+                dest.chmod(0o755)
             shutil.rmtree(work)
             (tmp / "done").write_text("ok\n")
             tmp.chmod(0o755)
@@ -229,12 +391,17 @@ def main() -> int:
         out = build()
         changed = [debrepo.publish_tree(out / "cuda", MIRROR_FILES / CUDA_PATH),
                    debrepo.publish_tree(out / "toolkit", MIRROR_FILES / TOOLKIT_PATH)]
+        changed += [debrepo.publish_tree(out / "runfile" / ver, MIRROR_FILES / path.format(v=ver))
+                    for ver in DRIVERS for path in RUNFILE_PATHS]
     except (debrepo.BuildError, subprocess.CalledProcessError, OSError) as exc:
         print(f"packages/nvidia: FAILED: {exc}", file=sys.stderr)
         return 1
     print(f"packages/nvidia: {out} ({'published' if any(changed) else 'already published'})")
     for path in (CUDA_PATH, TOOLKIT_PATH):
         print(f"packages/nvidia:   <files mirror>/{path}/  (key {KEY_NAME})")
+    for path in RUNFILE_PATHS:
+        print(f"packages/nvidia:   <files mirror>/{path.format(v='<v>')}/{RUNFILE_NAME.format(v='<v>')}"
+              f"  (<v>: {', '.join(DRIVERS)})")
     return 0
 
 
