@@ -126,7 +126,7 @@ LIBDIR=/usr/lib/x86_64-linux-gnu
 STATE=/var/lib/nvidia
 MANIFEST=$STATE/ai-l1-runfile.manifest
 LOG=/var/log/nvidia-installer.log
-mode=install; silent=0; dkms=0
+mode=install; silent=0; dkms=0; logging=0
 usage() {
   cat <<EOF
 Usage: sh $0 [options]
@@ -140,7 +140,7 @@ Usage: sh $0 [options]
             --no-nouveau-check, --no-dkms, -n, --no-x-check, -N, --no-network
 EOF
 }
-log() { if [ -d "${LOG%/*}" ]; then echo "$*" >> "$LOG" 2>/dev/null; fi; return 0; }
+log() { if [ "$logging" = 1 ]; then echo "$*" >> "$LOG"; fi; return 0; }
 die() { echo "ERROR: $*" >&2; log "ERROR: $*"; exit 1; }
 say() { [ "$silent" = 1 ] || echo "$*"; log "$*"; }
 for arg in "$@"; do
@@ -183,7 +183,7 @@ if [ "$mode" = uninstall ]; then
   remove_installed
   exit 0
 fi
-mkdir -p "$STATE" "${LOG%/*}" && : > "$LOG"
+mkdir -p "$STATE" "${LOG%/*}" && : > "$LOG" && logging=1
 # As nvidia-installer: a driver from the distribution's packages must be removed first.
 if command -v dpkg >/dev/null 2>&1 && owner=$(dpkg -S "$LIBDIR/libnvidia-ml.so.1" 2>/dev/null); then
   die "an NVIDIA driver is installed by the package manager (${owner%%:*}); remove it before running $0"
