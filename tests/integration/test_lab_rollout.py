@@ -2,63 +2,19 @@
 leaves nothing behind. The site rollout itself (first run, then a second run that changes
 nothing on any host) is tested once, on the same lab, in test_kubernetes.py.
 
-Needs root podman and the node image (`make image`). The lab is removed at the end
-unless AI_L1_KEEP_LAB=1.
+Needs root podman and the node image (`make image`). The lab is the session's shared one
+(tests/integration/conftest.py).
 """
 
 from __future__ import annotations
 
-import os
-import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
+from conftest import CONTROL_PLANES, LABCTL, WORKERS, sh, tail
 
-REPO = Path(__file__).resolve().parents[2]
-LABCTL = [sys.executable, str(REPO / "lab" / "labctl.py")]
-LAB_INVENTORY = REPO / "inventories" / "lab"
 FIXTURES = Path(__file__).resolve().parent / "lab_fixtures"
-ENV = {
-    **os.environ,
-    "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-    "ANSIBLE_FORCE_COLOR": "0",
-    "ANSIBLE_NOCOLOR": "1",
-    "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
-}
-RECAP = re.compile(
-    r"^(?P<host>\S+)\s*:\s*ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+"
-    r"unreachable=(?P<unreachable>\d+)\s+failed=(?P<failed>\d+)",
-    re.MULTILINE,
-)
-
-
-def sh(*cmd: str | Path, timeout: int = 3600) -> subprocess.CompletedProcess:
-    return subprocess.run([str(c) for c in cmd], cwd=REPO, env=ENV, capture_output=True,
-                          text=True, timeout=timeout, check=False)
-
-
-def tail(proc: subprocess.CompletedProcess, lines: int = 60) -> str:
-    return "\n".join((proc.stdout + proc.stderr).splitlines()[-lines:])
-
-
-def lab_hosts() -> set[str]:
-    hosts: set[str] = set()
-
-    def walk(group: dict) -> None:
-        hosts.update((group.get("hosts") or {}).keys())
-        for child in (group.get("children") or {}).values():
-            walk(child or {})
-
-    walk(yaml.safe_load((LAB_INVENTORY / "hosts.yml").read_text())["all"])
-    return hosts
-
-
-def recap(output: str) -> dict[str, dict[str, int]]:
-    return {m["host"]: {k: int(m[k]) for k in ("ok", "changed", "unreachable", "failed")}
-            for m in RECAP.finditer(output)}
 
 
 def leftovers(lab_name: str) -> list[str]:
@@ -97,4 +53,4 @@ def test_failed_profile_hook_leaves_no_node_behind():
 def test_up_again_changes_nothing(lab):
     proc = sh(*LABCTL, "up")
     assert proc.returncode == 0, tail(proc)
-    assert f"{len(lab_hosts())} nodes (0 created)" in proc.stdout, proc.stdout
+    assert f"{len(CONTROL_PLANES + WORKERS)} nodes (0 created)" in proc.stdout, proc.stdout
