@@ -7,11 +7,17 @@ status, rc) in `<runs_dir>/<ident>/artifacts/<ident>/`; nothing is deleted after
 
 The playbooks need nothing from this process: no environment variables, no controller files
 outside the project. AWX runs the same playbooks as job templates.
+
+Extra variables are data, never templates: they come from alerts (labels, annotations) and
+from operators' free text, and ansible-core renders a trusted string that holds `{{ }}`.
+`write_extravars` writes them to the run's `env/extravars` (which ansible-runner passes as
+`-e @file`) with every string tagged `!unsafe`, so a value reaches the playbook verbatim.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import sys
 import threading
@@ -21,6 +27,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 # operation name (CLI subcommand) -> playbook under playbooks/day2/
 OPERATIONS: dict[str, str] = {
@@ -74,6 +82,47 @@ def new_run_dir(runs_dir: Path, operation: str) -> tuple[str, Path]:
             continue
         return ident, path
     raise RuntimeError(f"could not create a unique run directory under {runs_dir}")
+
+
+VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class _DataDumper(yaml.SafeDumper):
+    """YAML whose every string value is `!unsafe`: Ansible keeps it as data, never a template."""
+
+
+def _unsafe_str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    return dumper.represent_scalar("!unsafe", value, style='"')
+
+
+def _plain_keys(dumper: yaml.SafeDumper, value: dict) -> yaml.Node:
+    pairs = [(dumper.represent_scalar("tag:yaml.org,2002:str", str(k)), dumper.represent_data(v))
+             for k, v in value.items()]
+    return yaml.MappingNode("tag:yaml.org,2002:map", pairs)
+
+
+_DataDumper.add_representer(str, _unsafe_str)
+_DataDumper.add_representer(dict, _plain_keys)
+
+
+def check_var_names(extravars: dict) -> None:
+    bad = [k for k in extravars if not isinstance(k, str) or not VAR_NAME.match(k)]
+    if bad:
+        raise BadInput(f"extra variable names must be identifiers: {', '.join(map(repr, bad))}")
+
+
+def write_extravars(private_data_dir: Path, extravars: dict) -> Path:
+    """Write the run's extra variables to <private_data_dir>/env/extravars (mode 0600), every
+    string `!unsafe`. Variable names must be identifiers (BadInput otherwise)."""
+    check_var_names(extravars)
+    env = private_data_dir / "env"
+    env.mkdir(mode=0o700, exist_ok=True)
+    path = env / "extravars"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        yaml.dump(extravars, handle, Dumper=_DataDumper, allow_unicode=True, default_flow_style=False,
+                  sort_keys=True)
+    return path
 
 
 @dataclass
@@ -169,7 +218,8 @@ def run_operation(
 
     inventory: an inventory file or directory. limit: host names or patterns (None: the
     playbook's own hosts; the single-node playbooks refuse to run without one).
-    extravars: passed as extra variables. runs_dir: where the run's private data directory is
+    extravars: passed as extra variables, as data (see write_extravars). runs_dir: where the
+    run's private data directory is
     created (default $AI_L1_DAY2_RUNS, else <project>/.cache/day2-runs). quiet: no
     ansible-playbook output on stdout. event_handler: called with every ansible-runner event
     (its return value is ignored; every event is kept in the artifacts). timeout: seconds
@@ -195,7 +245,9 @@ def run_operation(
         raise BadInput(f"timeout must be positive, got {timeout}")
 
     runs_dir = Path(runs_dir) if runs_dir else default_runs_dir(project)
+    check_var_names(extravars)  # before a run directory exists
     ident, private = new_run_dir(runs_dir.resolve(), operation)
+    write_extravars(private, extravars)
     failures: list[dict[str, str]] = []
     lock = threading.Lock()
 
@@ -228,7 +280,6 @@ def run_operation(
         playbook=str(playbook),
         inventory=str(inventory.resolve()),
         limit=",".join(hosts) if hosts else None,
-        extravars=dict(extravars),
         envvars=envvars,
         quiet=quiet,
         event_handler=on_event,

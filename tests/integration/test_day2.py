@@ -415,12 +415,15 @@ class _Alertmanager(http.server.BaseHTTPRequestHandler):
 
 def test_isolate_taints_labels_alerts_and_uncordon_clears(api, workers):  # noqa: ARG001
     node = WORKERS[-1]
+    # free text holding a template (issue 13): it must land verbatim and never run
+    marker = Path(f"/tmp/day2-test-template-ran-{time.time_ns()}")
+    details = f"day2-test GPU 0 fell off the bus {{{{ lookup('ansible.builtin.pipe', 'touch {marker}') }}}}"
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Alertmanager)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     _Alertmanager.received.clear()
     try:
         code, summary, progress = day2("isolate", "--node", node, "--fault", "xid-79", "--details",
-                                       "day2-test GPU 0 fell off the bus", "--drain-timeout", "60",
+                                       details, "--drain-timeout", "60",
                                        "--alertmanager-url", f"http://127.0.0.1:{server.server_port}/")
     finally:
         server.shutdown()
@@ -430,11 +433,14 @@ def test_isolate_taints_labels_alerts_and_uncordon_clears(api, workers):  # noqa
     assert {"key": "ai-platform.io/fault", "value": "xid-79", "effect": "NoSchedule"} in \
         [{k: t[k] for k in ("key", "value", "effect")} for t in state["taints"]], state["taints"]
     assert state["labels"].get("ai-platform.io/fault") == "xid-79"
-    assert "day2-test GPU 0 fell off the bus" in state["annotations"].get("ai-platform.io/fault", "")
+    assert state["annotations"].get("ai-platform.io/fault", "").startswith(f"xid-79: {details} (isolated "), \
+        state["annotations"]
+    assert not marker.exists(), "the --details text was rendered as a template"
     assert len(_Alertmanager.received) == 1, _Alertmanager.received
     path, alerts = _Alertmanager.received[0]
     assert path == "/api/v2/alerts"
     assert alerts[0]["labels"] == {"alertname": "NodeIsolated", "severity": "critical", "node": node, "fault": "xid-79"}
+    assert details in alerts[0]["annotations"]["description"], alerts[0]
 
     code, summary, progress = day2("uncordon", "--node", node, "-e", "day2_clear_fault=true")
     assert code == 0, progress[-3000:]

@@ -16,6 +16,7 @@ Latency of each isolation (webhook -> Node cordoned) is printed (pytest -s).
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from conftest import CONTROL_PLANES, LAB_INVENTORY, WORKERS
@@ -84,7 +85,11 @@ def isolated(api: Api, node: str) -> bool:
 def test_isolation_through_webhook_and_lock_refusal(lab, receiver):
     api = lab["api"]
     t0 = time.monotonic()
-    [d] = receiver.post_alerts(alert("GPUXidError", "gpu1", xid=79))
+    # alert text holding a template (issue 13): it must land verbatim on the Node and never run
+    marker = Path(f"/tmp/remediation-template-ran-{time.time_ns()}")
+    first = alert("GPUXidError", "gpu1", xid=79)
+    first["labels"]["UUID"] = f"GPU-{{{{ lookup('ansible.builtin.pipe', 'touch {marker}') }}}}"
+    [d] = receiver.post_alerts(first)
     assert d["decision"] == "queued", d
     job_id = d["job_id"]
     job = receiver.wait_job(job_id, states=("running",), ident=True, timeout=60)
@@ -102,6 +107,8 @@ def test_isolation_through_webhook_and_lock_refusal(lab, receiver):
           f"tests/bench/remediation_latency.py measures the latency), run finished after {total_s:.1f}s")
     assert job["state"] == "done", f"{job}\n{receiver.log()[-3000:]}"
     assert isolated(api, "gpu1"), api.state("gpu1")
+    assert first["labels"]["UUID"] in api.state("gpu1")["annotations"].get(ISOLATED_TAINT, ""), api.state("gpu1")
+    assert not marker.exists(), "the alert's UUID label was rendered as a template"
     assert receiver.runs_on_disk(job_id) == [job["ident"]]  # one ansible-runner run for the job
     events = [e["event"] for e in receiver.get("/audit?node=gpu1")["audit"] if e["job_id"] == job_id]
     assert events[0] == "alert" and "job.started" in events and events[-1] == "job.finished", events
