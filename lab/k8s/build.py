@@ -54,6 +54,7 @@ IMAGE_PREFIX = "localhost/ai-l1-k8s"
 NOT_BUILT = {
     # Calico's node image needs cgo/eBPF toolchains; the lab's CNI is the bridge plugin.
     "calico-": "production CNI, the lab runs k8s_cni_plugin: bridge",
+    "nvidia-device-plugin-": "refused by the Go module proxy; the lab runs the stand-in tests/hardware/device_plugin",
 }
 ARCH = "amd64"  # the lab builds for this machine only
 # 2000-01-01: file and image timestamps, so rebuilds give the same bytes.
@@ -198,10 +199,15 @@ def build_go(recipe: GoRecipe, gover: str, jobs: int) -> dict:
     # `go get pkg@version` records exactly the go.sum lines these packages need.
     pkgs = []
     for pkg in recipe.binaries.values():
+        if pkg.startswith("."):  # the build module's own package (recipe.files)
+            continue
         owner = max((m for m in recipe.require if pkg == m or pkg.startswith(m + "/")), key=len)
         pkgs.append(f"{pkg}@{recipe.require[owner]}")
     if pkgs:
         run(["nice", "-n", "15", "go", "get", *pkgs], cwd=src, env=env, logfile=logfile)
+    if recipe.files:
+        # Our own sources: the requires are pinned in the recipe; tidy writes go.sum for them.
+        run(["nice", "-n", "15", "go", "mod", "tidy"], cwd=src, env=env, logfile=logfile)
     fetch_s = time.monotonic() - t0
     ldflags = " ".join(["-s", "-w", *[f.format(time=info["Time"], commit=info["Commit"]) for f in recipe.ldflags]])
     staging = root / "bin.new"
@@ -276,6 +282,37 @@ def go_recipes(v: dict[str, str]) -> list[GoRecipe]:
                  {n: f"github.com/containernetworking/plugins/plugins/{p}" for n, p in cni_plugins.items()},
                  [f"-X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion={cni}"],
                  main_module="github.com/containernetworking/plugins"),
+    ]
+
+
+# Lab-only programs from tests/hardware (never production artifacts): built like the components
+# above, imaged and pushed to the lab registry under ai-l1-lab/ (lab/mirror/mirror.py).
+HARDWARE = REPO / "tests" / "hardware"
+
+
+def lab_go_recipes(v: dict[str, str]) -> list[GoRecipe]:
+    staging = "v0." + v["kubernetes"].split(".", 1)[1]
+    plugin_src = HARDWARE / "device_plugin" / "main.go"
+    return [
+        # The stand-in for NVIDIA's device plugin (tests/hardware/device_plugin/README.md).
+        GoRecipe("lab-device-plugin", "v0.1.0",
+                 {"k8s.io/kubelet": staging, "google.golang.org/grpc": "v1.72.1"},
+                 {"ai-l1-device-plugin": "."}, main_module="k8s.io/kubelet",
+                 files={"main.go": plugin_src.read_text()}),
+    ]
+
+
+def lab_image_recipes(lab_bins: dict[str, Path], base: str) -> list[ImageRecipe]:
+    """Images the lab needs beside the manifest's: the device-plugin stand-in (it runs the host
+    driver's nvidia-smi, so it needs glibc: Debian base) and the workload image tests run."""
+    tag = "v0.1.0"
+    return [
+        ImageRecipe("lab-device-plugin", "lab/nvidia-device-plugin-standin", tag,
+                    {"/usr/local/bin/ai-l1-device-plugin": lab_bins["ai-l1-device-plugin"]},
+                    ["/usr/local/bin/ai-l1-device-plugin"], base=base),
+        ImageRecipe("lab-workload", "lab/workload", tag,
+                    {"/usr/local/bin/ai-l1-workload": HARDWARE / "workload" / "ai-l1-workload"},
+                    ["/usr/local/bin/ai-l1-workload"], base=base),
     ]
 
 
@@ -519,13 +556,21 @@ def main(argv: list[str] | None = None) -> int:
             archives = build_archives(v, recipes)
             base = ensure_kube_proxy_base()
             images = [(r, build_image(r)) for r in image_recipes(v, bins, base)]
-            record = {"arch": ARCH, "versions": v, "artifacts": {}}
+            lab_recipes = lab_go_recipes(v)
+            results += [build_go(r, gover, args.jobs) for r in lab_recipes]
+            lab_bins = {n: r.root / "bin" / n for r in lab_recipes for n in r.binaries}
+            lab_images = [(r, build_image(r)) for r in lab_image_recipes(lab_bins, base)]
+            images += lab_images
+            record = {"arch": ARCH, "versions": v, "artifacts": {},
+                      "lab_images": {r.artifact: {"image": r.ref, "target": f"ai-l1-{r.name}:{r.tag}"}
+                                     for r, _ in lab_images}}
             for name in ("kubeadm", "kubelet", "kubectl"):
                 record["artifacts"][name] = {"version": v["kubernetes"], "path": str(bins[name])}
             for name, path in archives.items():
                 record["artifacts"][name] = {"version": manifest.get(name).version, "path": str(path)}
             for recipe, _ in images:
-                record["artifacts"][recipe.artifact] = {"version": recipe.tag, "image": recipe.ref}
+                if recipe.artifact not in record["lab_images"]:
+                    record["artifacts"][recipe.artifact] = {"version": recipe.tag, "image": recipe.ref}
             record["not_built"] = {n: NOT_BUILT[p] for n in manifest.artifacts for p in NOT_BUILT
                                    if n.startswith(p)}
             # helm and the monitoring charts: built and recorded by lab/charts/build.py (same Go

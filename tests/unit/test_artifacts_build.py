@@ -145,9 +145,10 @@ def test_publish_file_places_the_file_at_its_upstream_path(tmp_path, monkeypatch
 
 
 def test_the_lab_skips_only_what_it_says_it_skips():
-    """Everything else in the manifest must be built; calico is production-only."""
+    """Everything else in the manifest must be built; calico and NVIDIA's device plugin are production-only."""
     skipped = [n for n in lib.load().artifacts if any(n.startswith(p) for p in build.NOT_BUILT)]
-    assert skipped == ["calico-manifest", "calico-node-image", "calico-cni-image", "calico-kube-controllers-image"]
+    assert skipped == ["calico-manifest", "calico-node-image", "calico-cni-image", "calico-kube-controllers-image",
+                       "nvidia-device-plugin-image"]
 
 
 def test_files_service_is_idempotent_and_stops(tmp_path, monkeypatch):

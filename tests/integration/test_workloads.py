@@ -1,0 +1,131 @@
+"""GPU workloads on the lab (issue 12): the seed's L2 contract (section 5.1) through the API.
+
+The NVIDIA device plugin DaemonSet of role k8s_device_plugins runs on the A100 nodes with the
+lab's stand-in in its image slot (tests/hardware/device_plugin): it advertises the GPUs the
+node's driver (the simulated NVML) reports, and allocates them through the kubelet's
+device-plugin API. Asserted here:
+
+- every A100 node advertises nvidia.com/gpu equal to the GPUs its driver lists;
+- the seed's 5.1.1 Pod, scaled to the lab (8 GPUs, the seed's nodeAffinity on accelerator-model
+  and accelerator-count Gt 7, its NCCL env; CPU and memory scaled down, no volcano scheduler
+  or PVC in the lab), is scheduled onto an A100 node, runs, and sees in NVIDIA_VISIBLE_DEVICES
+  exactly 8 distinct UUIDs of that node's GPUs (nvidia-smi -L on the node);
+- a Pod asking for one GPU more than any node has stays Pending, and the scheduler says why.
+
+The lab proves the device-plugin API, the DaemonSet, scheduling and allocation; it does not
+prove that NVIDIA's own plugin or container runtime give a container working GPUs.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+from conftest import CONTROL_PLANES, LAB_INVENTORY, on, tail
+from remediation_lab import fetch_kubeconfig
+
+NS = "workload-test"
+IMAGE = "10.89.100.1:5000/ai-l1-lab/workload:v0.1.0"
+A100_NODES = ["gpu1", "gpu2"]
+
+
+@pytest.fixture(scope="module")
+def core(k8s_cluster, tmp_path_factory):  # noqa: ARG001 (the cluster must be up)
+    from kubernetes import client, config  # noqa: PLC0415
+
+    kubeconfig = fetch_kubeconfig(LAB_INVENTORY, CONTROL_PLANES[0], tmp_path_factory.mktemp("wl") / "admin.conf")
+    api = client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))
+    try:
+        api.create_namespace({"metadata": {"name": NS}})
+    except client.ApiException as exc:
+        if exc.status != 409:
+            raise
+    yield api
+    api.delete_namespace(NS)
+
+
+def node_uuids(node: str) -> list[str]:
+    proc = on(node, "nvidia-smi -L")
+    assert proc.returncode == 0, tail(proc)
+    return re.findall(r"^GPU \d+: .* \(UUID: (GPU-[^)]+)\)$", proc.stdout, re.M)
+
+
+def seed_pod(name: str, gpus: int) -> dict:
+    """Seed 5.1.1's vllm Pod, scaled to the lab. The seed's `requiredDuringScheduling` and
+    `preferredDuringScheduling` are not API fields: the real names end in IgnoredDuringExecution."""
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS, "labels": {"app": "vllm"},
+                     "annotations": {"prometheus.io/scrape": "true", "prometheus.io/port": "8000"}},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{
+                "name": "vllm", "image": IMAGE, "args": ["/etc/hostname"],
+                "env": [{"name": "NCCL_IB_DISABLE", "value": "0"}, {"name": "NCCL_NET_GDR_LEVEL", "value": "3"}],
+                "resources": {"requests": {"nvidia.com/gpu": str(gpus), "cpu": "50m", "memory": "32Mi"},
+                              "limits": {"nvidia.com/gpu": str(gpus), "cpu": "50m", "memory": "32Mi"}},
+            }],
+            "affinity": {
+                "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{
+                    "matchExpressions": [
+                        {"key": "accelerator-model", "operator": "In", "values": ["A100-SXM-80GB"]},
+                        {"key": "accelerator-count", "operator": "Gt", "values": ["7"]}]}]}},
+                "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+                    "weight": 100, "podAffinityTerm": {"labelSelector": {"matchLabels": {"app": "vllm"}},
+                                                       "topologyKey": "kubernetes.io/hostname"}}]},
+            },
+        },
+    }
+
+
+def wait_pod(core, name: str, phases: tuple[str, ...], timeout: float = 180):
+    end = time.monotonic() + timeout
+    pod = None
+    while time.monotonic() < end:
+        pod = core.read_namespaced_pod(name, NS)
+        if pod.status.phase in phases:
+            return pod
+        time.sleep(2)
+    raise AssertionError(f"pod {name} not {phases} after {timeout}s: {pod.status if pod else None}")
+
+
+def test_every_a100_node_advertises_its_gpus(core):
+    for node in A100_NODES:
+        want = len(node_uuids(node))
+        assert want == 8, f"{node}: the lab's A100 scenario has 8 GPUs, nvidia-smi lists {want}"
+        end = time.monotonic() + 120
+        while (have := (core.read_node(node).status.allocatable or {}).get("nvidia.com/gpu")) != str(want):
+            assert time.monotonic() < end, f"{node}: allocatable nvidia.com/gpu is {have!r}, want {want}"
+            time.sleep(3)
+        assert core.read_node(node).status.capacity.get("nvidia.com/gpu") == str(want)
+
+
+def test_seed_pod_runs_with_the_gpus_the_plugin_allocated(core):
+    core.create_namespaced_pod(NS, seed_pod("vllm-llama3-70b-8gpu", 8))
+    pod = wait_pod(core, "vllm-llama3-70b-8gpu", ("Succeeded", "Failed"))
+    assert pod.status.phase == "Succeeded", pod.status
+    node = pod.spec.node_name
+    assert node in A100_NODES, node
+    log = core.read_namespaced_pod_log("vllm-llama3-70b-8gpu", NS)
+    env = dict(line.split("=", 1) for line in log.split("== devices")[0].splitlines()[1:] if "=" in line)
+    given = env.get("NVIDIA_VISIBLE_DEVICES", "").split(",")
+    assert len(given) == 8 and len(set(given)) == 8, f"NVIDIA_VISIBLE_DEVICES={env.get('NVIDIA_VISIBLE_DEVICES')!r}"
+    assert sorted(given) == sorted(node_uuids(node)), (given, node)
+    assert env.get("NCCL_IB_DISABLE") == "0" and env.get("NCCL_NET_GDR_LEVEL") == "3", env
+
+
+def test_one_gpu_more_than_any_node_has_stays_pending(core):
+    core.create_namespaced_pod(NS, seed_pod("too-many-gpus", 9))
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        pod = core.read_namespaced_pod("too-many-gpus", NS)
+        cond = next((c for c in pod.status.conditions or [] if c.type == "PodScheduled"), None)
+        if cond is not None and cond.status == "False":
+            break
+        time.sleep(2)
+    else:
+        raise AssertionError(f"no PodScheduled=False condition: {pod.status}")
+    assert pod.status.phase == "Pending" and not pod.spec.node_name
+    assert cond.reason == "Unschedulable", cond
+    assert "Insufficient nvidia.com/gpu" in cond.message, cond.message
