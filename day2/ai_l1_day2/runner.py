@@ -85,6 +85,18 @@ def new_run_dir(runs_dir: Path, operation: str) -> tuple[str, Path]:
 
 
 VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# The only variables of this process's environment a run gets (ansible-runner would pass, and
+# keep in artifacts/<ident>/command, all of them: the receiver's token and HMAC key, an
+# operator's shell secrets). Ansible's own settings, the locale, SSH agent and proxies pass.
+RUN_ENV_KEEP = re.compile(r"^(PATH|HOME|USER|LOGNAME|LANG|LANGUAGE|LC_[A-Z]+|TERM|TZ|TMPDIR|SSH_AUTH_SOCK|"
+                          r"VIRTUAL_ENV|PYTHONPATH|KUBECONFIG|ANSIBLE_[A-Z0-9_]+|AI_L1_CACHE|AI_L1_LAB_[A-Z_]+|"
+                          r"(?i:https?_proxy|no_proxy))$")
+
+
+def run_environment(prepared: dict[str, str], environ: dict[str, str]) -> dict[str, str]:
+    """What a run's ansible-playbook sees: ansible-runner's prepared environment (`environ`, the
+    process's, plus its own settings and our envvars) less what came from `environ` unasked."""
+    return {k: v for k, v in prepared.items() if RUN_ENV_KEEP.match(k) or environ.get(k) != v}
 
 
 class _DataDumper(yaml.SafeDumper):
@@ -273,7 +285,7 @@ def run_operation(
         envvars["ANSIBLE_CONFIG"] = str(cfg)
 
     started = time.time()
-    runner = ansible_runner.run(
+    runner = ansible_runner.interface.init_runner(
         private_data_dir=str(private),
         ident=ident,
         project_dir=str(project),
@@ -287,6 +299,8 @@ def run_operation(
         timeout=timeout,
         verbosity=verbosity or None,
     )
+    runner.config.env = run_environment(runner.config.env, dict(os.environ))
+    runner.run()
     finished = time.time()
     status = runner.status if runner.status in STATUSES else "failed"
     rc = runner.rc if isinstance(runner.rc, int) else -1

@@ -141,3 +141,24 @@ def test_receiver_alert_labels_and_annotations_are_data(project, tmp_path):
     assert uuid_attack in record(project, "gpu1")["details"], record(project, "gpu1")
     assert record(project, "gpu2")["details"] == f"GPUECCUncorrectableError: {summary_attack}"
     assert not marker.exists(), "alert text was rendered as a template"
+
+
+def test_runs_get_no_secrets_from_the_environment(project, monkeypatch):
+    """The receiver's token and HMAC key, or an operator's shell secret, never reach a run's
+    ansible-playbook nor its kept artifacts (artifacts/<ident>/command)."""
+    secrets_env = {"AI_L1_REMEDIATE_TOKEN": "tok-0123456789abcdef", "AI_L1_REMEDIATE_HMAC_KEY": "hmac-0123456789",
+                   "AWS_SECRET_ACCESS_KEY": "aws-0123456789"}
+    for key, value in secrets_env.items():
+        monkeypatch.setenv(key, value)
+    (project / "playbooks" / "day2" / "cordon.yml").write_text(RECORD.replace(
+        "'reason': day2_reason | default(''),",
+        "'reason': lookup('ansible.builtin.env', 'AI_L1_REMEDIATE_TOKEN', default='absent'),"))
+    res = run_operation("cordon", inventory=project / "inventory.yml", limit=["gpu1"], extravars={}, quiet=True)
+    assert res.ok, res.summary()
+    assert record(project, "gpu1")["reason"] == "absent"
+    for path in res.private_data_dir.rglob("*"):
+        if path.is_file():
+            text = path.read_text(errors="replace")
+            assert not any(v in text for v in secrets_env.values()), f"a secret is kept in {path}"
+    command = json.loads((res.artifacts_dir / "command").read_text())
+    assert "PATH" in command["env"] and not set(secrets_env) & set(command["env"])

@@ -294,7 +294,7 @@ func (p *plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 		}
 		if p.opts.listStrategy["cdi-cri"] {
 			for _, u := range uuids {
-				cresp.CDIDevices = append(cresp.CDIDevices, &pluginapi.CDIDevice{Name: "nvidia.com/gpu=" + u})
+				cresp.CdiDevices = append(cresp.CdiDevices, &pluginapi.CDIDevice{Name: "nvidia.com/gpu=" + u})
 			}
 		}
 		resp.ContainerResponses = append(resp.ContainerResponses, cresp)
