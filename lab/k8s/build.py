@@ -316,6 +316,13 @@ def lab_image_recipes(lab_bins: dict[str, Path], base: str) -> list[ImageRecipe]
     ]
 
 
+def build_lab(v: dict[str, str], gover: str, jobs: int, base: str) -> tuple[list[dict], list]:
+    recipes = lab_go_recipes(v)
+    results = [build_go(r, gover, jobs) for r in recipes]
+    bins = {n: r.root / "bin" / n for r in recipes for n in r.binaries}
+    return results, [(r, build_image(r)) for r in lab_image_recipes(bins, base)]
+
+
 # ---------------------------------------------------------------- pause (C, static)
 
 def build_pause(v: dict[str, str], k8s_src: Path) -> dict:
@@ -556,10 +563,8 @@ def main(argv: list[str] | None = None) -> int:
             archives = build_archives(v, recipes)
             base = ensure_kube_proxy_base()
             images = [(r, build_image(r)) for r in image_recipes(v, bins, base)]
-            lab_recipes = lab_go_recipes(v)
-            results += [build_go(r, gover, args.jobs) for r in lab_recipes]
-            lab_bins = {n: r.root / "bin" / n for r in lab_recipes for n in r.binaries}
-            lab_images = [(r, build_image(r)) for r in lab_image_recipes(lab_bins, base)]
+            lab_results, lab_images = build_lab(v, gover, args.jobs, base)
+            results += lab_results
             images += lab_images
             record = {"arch": ARCH, "versions": v, "artifacts": {},
                       "lab_images": {r.artifact: {"image": r.ref, "target": f"ai-l1-{r.name}:{r.tag}"}

@@ -75,7 +75,8 @@ def test_time_slicing_and_cdi(tmp_path):
     # a config change changes the pod template, so the DaemonSet rolls
     ds2, _ = render(tmp_path, k8s_device_plugins_nvidia_image="x/y:1")
     key = "ai-platform.io/config-sha256"
-    assert ds["spec"]["template"]["metadata"]["annotations"][key] != ds2["spec"]["template"]["metadata"]["annotations"][key]
+    assert ds["spec"]["template"]["metadata"]["annotations"][key] != \
+        ds2["spec"]["template"]["metadata"]["annotations"][key]
 
 
 def test_inventory_image_wins_and_no_image_renders_empty(tmp_path):
