@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import time
 
 from .config import AuthConfig
 
 SIGNATURE_HEADER = "X-AI-L1-Signature"
+ASCII_INT = re.compile(r"[0-9]{1,12}")
 
 
 def sign(key: bytes, body: bytes, timestamp: int | None = None) -> str:
@@ -55,7 +57,9 @@ def _check_signature(auth: AuthConfig, signature: str, body: bytes, now: float) 
         return False, "signature sent but HMAC authentication is not configured"
     parts = dict(p.split("=", 1) for p in signature.split(",") if "=" in p)
     ts, mac = parts.get("t", ""), parts.get("v1", "")
-    if not ts.isdigit() or not mac:
+    # ASCII digits only, at most 12 (str.isdigit takes '²' and int() then raises; thousands of
+    # digits exceed int()'s limit): anything else is malformed, never an exception.
+    if not ASCII_INT.fullmatch(ts) or not mac:
         return False, f"malformed {SIGNATURE_HEADER} (expected t=<unix>,v1=<hex>)"
     if abs(now - int(ts)) > auth.max_skew_s:
         return False, f"signature timestamp is {int(now - int(ts))}s off (allowed {auth.max_skew_s}s)"

@@ -172,8 +172,8 @@ def load(  # noqa: PLR0912, PLR0915 (one check per key, in file order)
                           f"{auth_raw.get('hmac_key_env', 'AI_L1_REMEDIATE_HMAC_KEY')}); "
                           "every request is authenticated")
     for name, secret in (("token", auth.token), ("hmac_key", auth.hmac_key)):
-        if secret is not None and len(secret) < 16:
-            raise ConfigError(f"auth.{name}: the secret is shorter than 16 characters")
+        if secret is not None and len(secret.strip()) < 16:
+            raise ConfigError(f"auth.{name}: the secret is shorter than 16 characters (blanks not counted)")
 
     state_dir = raw.get("state_dir")
     if not isinstance(state_dir, str) or not state_dir:

@@ -18,18 +18,22 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from .auth import authenticate
+from .auth import ASCII_INT, authenticate
 from .logs import log
 from .service import PayloadError, Service
 
 LOG = logging.getLogger("ai_l1_day2.remediation.http")
 MAX_BODY = 1 << 20
+SOCKET_TIMEOUT_S = 10  # a client that stops sending mid-request frees its thread after this
+LISTEN_BACKLOG = 128  # Alertmanager replicas and retries connect at once (socketserver's default is 5)
+AUDIT_FIELD_MAX = 256  # what a refused request may put into the audit log, per field
 
 
 def make_server(service: Service, host: str, port: int) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         server_version = "ai-l1-remediate"
         sys_version = ""
+        timeout = SOCKET_TIMEOUT_S
 
         def log_message(self, fmt, *args):  # access log as JSON, through logging
             log(LOG, logging.DEBUG, fmt % args, remote=self.client_address[0])
@@ -44,27 +48,34 @@ def make_server(service: Service, host: str, port: int) -> ThreadingHTTPServer:
             self.end_headers()
             self.wfile.write(data)
 
+        def _refuse(self, event: str, code: int, reason: str, headers: dict | None = None) -> None:
+            """Answer a refused request and audit it once, with bounded fields."""
+            remote = self.client_address[0]
+            try:
+                service.store.audit(event, decision="refused", reason=reason[:AUDIT_FIELD_MAX], remote=remote,
+                                    details={"method": self.command, "path": self.path[:AUDIT_FIELD_MAX],
+                                             "user_agent": self.headers.get("User-Agent", "")[:AUDIT_FIELD_MAX]})
+            except Exception:  # the answer must go out even when the store is down
+                LOG.exception("auditing a refused request failed")
+            log(LOG, logging.WARNING, "request refused", remote=remote, method=self.command,
+                path=self.path[:AUDIT_FIELD_MAX], reason=reason[:AUDIT_FIELD_MAX], code=code)
+            self._send(code, {"error": "unauthorized" if code == 401 else reason}, headers)
+
         def _body(self) -> bytes | None:
             length = self.headers.get("Content-Length")
-            if length is None or not length.isdigit():
-                self._send(411, {"error": "Content-Length required"})
+            if length is None or not ASCII_INT.fullmatch(length.strip()):
+                self._refuse("request.refused", 411, "Content-Length required (a decimal byte count)")
                 return None
             if int(length) > MAX_BODY:
-                self._send(413, {"error": f"body larger than {MAX_BODY} bytes"})
+                self._refuse("request.refused", 413, f"body larger than {MAX_BODY} bytes")
                 return None
             return self.rfile.read(int(length))
 
         def _authorised(self, body: bytes) -> bool:
-            ok, method, reason = authenticate(service.cfg.auth, self.headers, body)
+            ok, _method, reason = authenticate(service.cfg.auth, self.headers, body)
             if ok:
                 return True
-            remote = self.client_address[0]
-            service.store.audit("auth.refused", decision="refused", reason=reason, remote=remote,
-                                details={"method": self.command, "path": self.path,
-                                         "user_agent": self.headers.get("User-Agent", "")})
-            log(LOG, logging.WARNING, "unauthenticated request refused", remote=remote, method=self.command,
-                path=self.path, reason=reason)
-            self._send(401, {"error": "unauthorized"}, {"WWW-Authenticate": 'Bearer realm="ai-l1-remediate"'})
+            self._refuse("auth.refused", 401, reason, {"WWW-Authenticate": 'Bearer realm="ai-l1-remediate"'})
             return False
 
         def do_POST(self):  # noqa: N802
@@ -78,7 +89,7 @@ def make_server(service: Service, host: str, port: int) -> ThreadingHTTPServer:
             try:
                 payload = json.loads(body)
                 decisions = service.handle_payload(payload, remote=self.client_address[0])
-            except (ValueError, PayloadError) as exc:
+            except (ValueError, RecursionError, PayloadError) as exc:
                 msg = str(exc) if isinstance(exc, PayloadError) else f"body is not JSON: {exc}"
                 log(LOG, logging.WARNING, "bad webhook payload", remote=self.client_address[0], error=msg)
                 self._send(400, {"error": msg})
@@ -98,18 +109,21 @@ def make_server(service: Service, host: str, port: int) -> ThreadingHTTPServer:
                 self._send(200, {"status": "ok", "owner": service.owner, "dry_run": service.cfg.dry_run})
             elif url.path == "/jobs":
                 self._send(200, {"jobs": service.store.jobs(state=query.get("state"), node=query.get("node"))})
-            elif url.path.startswith("/jobs/") and url.path[6:].isdigit():
+            elif url.path.startswith("/jobs/") and ASCII_INT.fullmatch(url.path[6:]):
                 job = service.store.job(int(url.path[6:]))
                 if job is None:
                     self._send(404, {"error": f"no job {url.path[6:]}"})
                 else:
                     self._send(200, {"job": job, "runs": service.executor.runs(job["id"])})
             elif url.path == "/audit":
-                since = int(query["since"]) if query.get("since", "").isdigit() else 0
+                since = int(query["since"]) if ASCII_INT.fullmatch(query.get("since", "")) else 0
                 self._send(200, {"audit": service.store.audit_entries(query.get("event"), query.get("node"), since)})
             else:
                 self._send(404, {"error": f"no such endpoint {url.path}"})
 
-    server = ThreadingHTTPServer((host, port), Handler)
+    class Server(ThreadingHTTPServer):
+        request_queue_size = LISTEN_BACKLOG
+
+    server = Server((host, port), Handler)
     server.daemon_threads = True
     return server
