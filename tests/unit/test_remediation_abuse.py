@@ -40,7 +40,8 @@ def raw(srv, request: bytes, timeout: float = 10) -> bytes:
     return b"".join(chunks)
 
 
-def request(path: str = "/webhook", body: bytes = b"{}", headers: dict | None = None, length: str | None = None) -> bytes:
+def request(path: str = "/webhook", body: bytes = b"{}", headers: dict | None = None,
+            length: str | None = None) -> bytes:
     lines = [f"POST {path} HTTP/1.1", "Host: x", "Connection: close",
              f"Content-Length: {len(body) if length is None else length}"]
     lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
