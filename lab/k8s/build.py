@@ -55,6 +55,7 @@ NOT_BUILT = {
     # Calico's node image needs cgo/eBPF toolchains; the lab's CNI is the bridge plugin.
     "calico-": "production CNI, the lab runs k8s_cni_plugin: bridge",
     "nvidia-device-plugin-": "refused by the Go module proxy; the lab runs the stand-in tests/hardware/device_plugin",
+    "ascend-device-plugin-": "not obtainable here; the lab runs the stand-in tests/hardware/device_plugin",
 }
 ARCH = "amd64"  # the lab builds for this machine only
 # 2000-01-01: file and image timestamps, so rebuilds give the same bytes.
@@ -303,13 +304,18 @@ def lab_go_recipes(v: dict[str, str]) -> list[GoRecipe]:
 
 
 def lab_image_recipes(lab_bins: dict[str, Path], base: str) -> list[ImageRecipe]:
-    """Images the lab needs beside the manifest's: the device-plugin stand-in (it runs the host
-    driver's nvidia-smi, so it needs glibc: Debian base) and the workload image tests run."""
+    """Images the lab needs beside the manifest's: the device-plugin stand-ins (the NVIDIA one runs
+    the host driver's nvidia-smi, so it needs glibc; Huawei's DaemonSet runs its binary through
+    bash: Debian base) and the workload image tests run."""
     tag = "v0.1.0"
     return [
         ImageRecipe("lab-device-plugin", "lab/nvidia-device-plugin-standin", tag,
                     {"/usr/local/bin/ai-l1-device-plugin": lab_bins["ai-l1-device-plugin"]},
                     ["/usr/local/bin/ai-l1-device-plugin"], base=base),
+        # The same program in the slot of Huawei's Ascend device plugin, under its binary name.
+        ImageRecipe("lab-ascend-device-plugin", "lab/ascend-device-plugin-standin", tag,
+                    {"/usr/local/bin/device-plugin": lab_bins["ai-l1-device-plugin"]},
+                    ["/usr/local/bin/device-plugin"], base=base),
         ImageRecipe("lab-workload", "lab/workload", tag,
                     {"/usr/local/bin/ai-l1-workload": HARDWARE / "workload" / "ai-l1-workload"},
                     ["/usr/local/bin/ai-l1-workload"], base=base),

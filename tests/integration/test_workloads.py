@@ -10,7 +10,10 @@ device-plugin API. Asserted here:
   and accelerator-count Gt 7, its NCCL env; CPU and memory scaled down, no volcano scheduler
   or PVC in the lab), is scheduled onto an A100 node, runs, and sees in NVIDIA_VISIBLE_DEVICES
   exactly 8 distinct UUIDs of that node's GPUs (nvidia-smi -L on the node);
-- a Pod asking for one GPU more than any node has stays Pending, and the scheduler says why.
+- a Pod asking for one GPU more than any node has stays Pending, and the scheduler says why;
+- the 910B node advertises huawei.com/Ascend910 (one per chip of its scenario; Huawei's DaemonSet
+  with the stand-in in its image slot), and an NPU Pod runs there with 2 distinct chips in
+  ASCEND_VISIBLE_DEVICES.
 
 The lab proves the device-plugin API, the DaemonSet, scheduling and allocation; it does not
 prove that NVIDIA's own plugin or container runtime give a container working GPUs.
@@ -18,11 +21,12 @@ prove that NVIDIA's own plugin or container runtime give a container working GPU
 
 from __future__ import annotations
 
+import json
 import re
 import time
 
 import pytest
-from conftest import CONTROL_PLANES, LAB_INVENTORY, on, tail
+from conftest import CONTROL_PLANES, LAB_INVENTORY, REPO, on, tail
 from remediation_lab import fetch_kubeconfig
 
 NS = "workload-test"
@@ -129,3 +133,35 @@ def test_one_gpu_more_than_any_node_has_stays_pending(core):
     assert pod.status.phase == "Pending" and not pod.spec.node_name
     assert cond.reason == "Unschedulable", cond
     assert "Insufficient nvidia.com/gpu" in cond.message, cond.message
+
+
+NPU_NODE = "npu1"
+
+
+def npu_chips() -> int:
+    scenario = json.loads((REPO / "tests" / "hardware" / "npu" / "scenarios" / "910b.json").read_text())
+    return scenario["npu_count"] * scenario.get("chips_per_npu", 1)
+
+
+def test_the_910b_node_advertises_its_npus(core):
+    want = str(npu_chips())
+    end = time.monotonic() + 120
+    while (have := (core.read_node(NPU_NODE).status.allocatable or {}).get("huawei.com/Ascend910")) != want:
+        assert time.monotonic() < end, f"{NPU_NODE}: allocatable huawei.com/Ascend910 is {have!r}, want {want}"
+        time.sleep(3)
+
+
+def test_npu_pod_runs_on_the_910b_node_with_the_npus_allocated(core):
+    want = {"huawei.com/Ascend910": "2", "cpu": "50m", "memory": "32Mi"}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "npu-train", "namespace": NS},
+           "spec": {"restartPolicy": "Never", "nodeSelector": {"accelerator": "huawei-ascend"},
+                    "containers": [{"name": "train", "image": IMAGE,
+                                    "resources": {"requests": want, "limits": want}}]}}
+    core.create_namespaced_pod(NS, pod)
+    done = wait_pod(core, "npu-train", ("Succeeded", "Failed"))
+    assert done.status.phase == "Succeeded" and done.spec.node_name == NPU_NODE, (done.spec.node_name, done.status)
+    log = core.read_namespaced_pod_log("npu-train", NS)
+    env = dict(line.split("=", 1) for line in log.split("== devices")[0].splitlines()[1:] if "=" in line)
+    given = env.get("ASCEND_VISIBLE_DEVICES", "").split(",")
+    assert len(set(given)) == 2 and set(given) <= {str(n) for n in range(npu_chips())}, \
+        env.get("ASCEND_VISIBLE_DEVICES")

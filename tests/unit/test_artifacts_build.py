@@ -148,7 +148,7 @@ def test_the_lab_skips_only_what_it_says_it_skips():
     """Everything else in the manifest must be built; calico and NVIDIA's device plugin are production-only."""
     skipped = [n for n in lib.load().artifacts if any(n.startswith(p) for p in build.NOT_BUILT)]
     assert skipped == ["calico-manifest", "calico-node-image", "calico-cni-image", "calico-kube-controllers-image",
-                       "nvidia-device-plugin-image"]
+                       "nvidia-device-plugin-image", "ascend-device-plugin-image"]
 
 
 def test_files_service_is_idempotent_and_stops(tmp_path, monkeypatch):

@@ -23,23 +23,26 @@ PLAY = """
   tasks:
     - ansible.builtin.copy:
         dest: "{{{{ out }}}}"
-        content: "{{{{ lookup('ansible.builtin.template', '{role}/templates/nvidia-device-plugin.yml.j2') }}}}"
+        content: "{{{{ lookup('ansible.builtin.template', '{role}/templates/' ~ template) }}}}"
         mode: "0600"
 """
 DIGEST = "sha256:" + "ab" * 32
 
 
-def render(tmp_path: Path, **extra) -> tuple[dict, dict]:
+def render_objects(tmp_path: Path, template: str, **extra) -> list[dict]:
     (tmp_path / "play.yml").write_text(PLAY.format(role=ROLE))
     out = tmp_path / "objects.yml"
     (tmp_path / "vars.json").write_text(json.dumps({"out": str(out), "ansible_python_interpreter": sys.executable,
-                                                    **extra}))
+                                                    "template": template, **extra}))
     proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,",
                            str(tmp_path / "play.yml"), "-e", f"@{tmp_path / 'vars.json'}"],
                           capture_output=True, text=True, check=False, cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    objects = yaml.safe_load(out.read_text())
-    kinds = {o["kind"]: o for o in objects}
+    return yaml.safe_load(out.read_text())
+
+
+def render(tmp_path: Path, **extra) -> tuple[dict, dict]:
+    kinds = {o["kind"]: o for o in render_objects(tmp_path, "nvidia-device-plugin.yml.j2", **extra)}
     assert sorted(kinds) == ["ConfigMap", "DaemonSet"]
     return kinds["DaemonSet"], json.loads(kinds["ConfigMap"]["data"]["config.json"])
 
@@ -85,3 +88,24 @@ def test_inventory_image_wins_and_no_image_renders_empty(tmp_path):
     assert ds["spec"]["template"]["spec"]["containers"][0]["image"] == "site-registry/nvidia/k8s-device-plugin:v0.17.1"
     ds, _ = render(tmp_path)
     assert not ds["spec"]["template"]["spec"]["containers"][0]["image"]  # the role's preflight refuses this
+
+
+def test_ascend_plugin_is_huaweis_daemonset_on_the_seeds_label(tmp_path):
+    objects = render_objects(tmp_path, "ascend-device-plugin.yml.j2", k8s_device_plugins_artifacts={
+        "ascend-device-plugin-image": {"image": "mirror:5000/ascend-k8sdeviceplugin:v6.0.0", "sha256": DIGEST}})
+    kinds = {o["kind"]: o for o in objects}
+    assert sorted(kinds) == ["ClusterRole", "ClusterRoleBinding", "DaemonSet", "ServiceAccount"]
+    pod = kinds["DaemonSet"]["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert pod["nodeSelector"] == {"accelerator": "huawei-ascend"}  # the seed's value, not huawei-Ascend910
+    assert container["image"] == f"mirror:5000/ascend-k8sdeviceplugin:v6.0.0@{DIGEST}"
+    assert container["command"] == ["/bin/bash", "-c", "--"]
+    assert container["args"][0].startswith("device-plugin -useAscendDocker=true -volcanoType=false")
+    assert container["securityContext"]["privileged"] is True
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert mounts["/usr/local/Ascend/driver"]["readOnly"] is True
+    assert pod["serviceAccountName"] == kinds["ServiceAccount"]["metadata"]["name"]
+    off = render_objects(tmp_path, "ascend-device-plugin.yml.j2", k8s_device_plugins_ascend_image="x/y:1",
+                         k8s_device_plugins_ascend_use_ascend_docker=False)
+    args = next(o for o in off if o["kind"] == "DaemonSet")["spec"]["template"]["spec"]["containers"][0]["args"][0]
+    assert "-useAscendDocker=false" in args

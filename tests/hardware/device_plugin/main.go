@@ -14,6 +14,13 @@
 // slicing multiplies them, and Allocate answers as NVIDIA's plugin does for the envvar and
 // cdi-cri strategies (NVIDIA_VISIBLE_DEVICES=<uuids>, CDI names nvidia.com/gpu=<uuid>).
 //
+// Invoked as `device-plugin` (the binary name of Huawei's mind-cluster Ascend device plugin,
+// which its DaemonSet runs through bash with Huawei's flags), it stands in for that plugin
+// instead: the NPU chips are the node's /dev/davinci<N> device files (on a lab node created
+// by the 910B hardware profile), advertised as huawei.com/Ascend910 and allocated with
+// ASCEND_VISIBLE_DEVICES=<n,...> (-useAscendDocker=true, the Ascend docker runtime's variable)
+// or as device specs (-useAscendDocker=false).
+//
 // What it does not do: open /dev/nvidia* nodes, health events from XIDs (a device is
 // Healthy while the driver lists it), topology-aware preferred allocation.
 package main
@@ -61,6 +68,7 @@ type config struct {
 }
 
 type options struct {
+	vendor        string // nvidia or ascend
 	migStrategy   string
 	listStrategy  map[string]bool
 	replicas      map[string]int
@@ -81,14 +89,38 @@ var (
 	migLine = regexp.MustCompile(`^\s+MIG (\S+)\s+Device\s+\d+: \(UUID: (MIG-[^)]+)\)$`)
 )
 
+// loadAscendOptions reads Huawei's device-plugin flags the stand-in honours and ignores the
+// rest (the real plugin has many: -volcanoType, -presetVirtualDevice, -logLevel, ...).
+func loadAscendOptions(args []string) options {
+	o := options{vendor: "ascend", pluginDir: pluginapi.DevicePluginPath, pollInterval: 5 * time.Second,
+		replicas: map[string]int{}, listStrategy: map[string]bool{"envvar": true}, visibleEnvVar: "ASCEND_VISIBLE_DEVICES"}
+	for _, a := range args {
+		name, value, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		switch name {
+		case "useAscendDocker":
+			if value == "false" {
+				o.listStrategy = map[string]bool{"devices": true}
+			}
+		case "listWatchPeriod":
+			if n, err := time.ParseDuration(value + "s"); err == nil && n > 0 {
+				o.pollInterval = n
+			}
+		}
+	}
+	return o
+}
+
 func loadOptions() (options, error) {
+	if filepath.Base(os.Args[0]) == "device-plugin" {
+		return loadAscendOptions(os.Args[1:]), nil
+	}
 	cfgPath := flag.String("config-file", envOr("CONFIG_FILE", ""), "NVIDIA plugin config file (JSON or the JSON subset of YAML)")
 	mig := flag.String("mig-strategy", envOr("MIG_STRATEGY", "none"), "none, single or mixed")
 	list := flag.String("device-list-strategy", envOr("DEVICE_LIST_STRATEGY", "envvar"), "envvar and/or cdi-cri, comma-separated")
 	root := flag.String("container-driver-root", envOr("CONTAINER_DRIVER_ROOT", "/driver-root"), "where the host's driver root is mounted")
 	poll := flag.Duration("poll", 5*time.Second, "how often devices are re-read")
 	flag.Parse()
-	o := options{migStrategy: *mig, driverRoot: *root, pluginDir: pluginapi.DevicePluginPath, pollInterval: *poll,
+	o := options{vendor: "nvidia", migStrategy: *mig, driverRoot: *root, pluginDir: pluginapi.DevicePluginPath, pollInterval: *poll,
 		replicas: map[string]int{}, listStrategy: map[string]bool{}, visibleEnvVar: "NVIDIA_VISIBLE_DEVICES"}
 	strategies := strings.Split(*list, ",")
 	if *cfgPath != "" {
@@ -145,8 +177,31 @@ func envOr(name, def string) string {
 	return def
 }
 
+var davinci = regexp.MustCompile(`^davinci(\d+)$`)
+
+// discoverAscend: one device per NPU chip, /dev/davinci<N> (the driver's device files).
+func discoverAscend() ([]device, error) {
+	entries, err := os.ReadDir("/dev")
+	if err != nil {
+		return nil, err
+	}
+	var devs []device
+	for _, e := range entries {
+		if m := davinci.FindStringSubmatch(e.Name()); m != nil {
+			devs = append(devs, device{uuid: m[1], resource: "huawei.com/Ascend910"})
+		}
+	}
+	sort.Slice(devs, func(i, j int) bool {
+		return len(devs[i].uuid) < len(devs[j].uuid) || (len(devs[i].uuid) == len(devs[j].uuid) && devs[i].uuid < devs[j].uuid)
+	})
+	return devs, nil
+}
+
 // discover lists the node's devices through the driver's nvidia-smi and maps them to resources.
 func discover(o options) ([]device, error) {
+	if o.vendor == "ascend" {
+		return discoverAscend()
+	}
 	root := o.driverRoot
 	cmd := exec.Command(filepath.Join(root, "usr/bin/nvidia-smi"), "-L")
 	cmd.Env = append(os.Environ(),
@@ -215,8 +270,12 @@ func (p *plugin) set(uuids []string) bool {
 	var devs []*pluginapi.Device
 	for _, u := range uuids {
 		if replicas <= 1 {
-			ids[u] = u
-			devs = append(devs, &pluginapi.Device{ID: u, Health: pluginapi.Healthy})
+			id := u
+			if p.opts.vendor == "ascend" {
+				id = "Ascend910-" + u
+			}
+			ids[id] = u
+			devs = append(devs, &pluginapi.Device{ID: id, Health: pluginapi.Healthy})
 			continue
 		}
 		for n := 0; n < replicas; n++ {
@@ -289,6 +348,16 @@ func (p *plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 		}
 		sort.Strings(uuids)
 		cresp := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{}}
+		if p.opts.listStrategy["devices"] {
+			for _, u := range uuids {
+				cresp.Devices = append(cresp.Devices, &pluginapi.DeviceSpec{
+					ContainerPath: "/dev/davinci" + u, HostPath: "/dev/davinci" + u, Permissions: "rw"})
+			}
+			for _, f := range []string{"davinci_manager", "devmm_svm", "hisi_hdc"} {
+				cresp.Devices = append(cresp.Devices, &pluginapi.DeviceSpec{
+					ContainerPath: "/dev/" + f, HostPath: "/dev/" + f, Permissions: "rw"})
+			}
+		}
 		if p.opts.listStrategy["envvar"] {
 			cresp.Envs[p.opts.visibleEnvVar] = strings.Join(uuids, ",")
 		}
@@ -359,8 +428,12 @@ func main() {
 	if err != nil {
 		log.Fatalf("config: %v", err)
 	}
-	log.Printf("stand-in for the NVIDIA device plugin: migStrategy=%s deviceListStrategy=%v timeSlicing=%v",
-		o.migStrategy, o.listStrategy, o.replicas)
+	if o.vendor == "ascend" {
+		log.Printf("stand-in for Huawei's Ascend device plugin: allocation %v", o.listStrategy)
+	} else {
+		log.Printf("stand-in for the NVIDIA device plugin: migStrategy=%s deviceListStrategy=%v timeSlicing=%v",
+			o.migStrategy, o.listStrategy, o.replicas)
+	}
 	plugins := map[string]*plugin{}
 	kubelet := uint64(0)
 	for ; ; time.Sleep(o.pollInterval) {
