@@ -104,3 +104,28 @@ def test_listen_backlog_takes_a_burst(receiver):
 def test_a_token_of_blanks_is_refused(tmp_path):
     with pytest.raises(config_mod.ConfigError, match="shorter than 16"):
         config_mod.load(None, env={"AI_L1_REMEDIATE_TOKEN": " " * 40}, overrides={"state_dir": str(tmp_path)})
+
+
+def test_each_alert_is_decided_on_its_own(tmp_path):
+    """One malformed alert in a notification is refused and audited; the alerts before and after it
+    are decided as if it were not there (issue 13, item 2)."""
+    from remediation_fakes import alert, payload  # noqa: PLC0415
+
+    conf = make_config(tmp_path, ceiling={"max_fraction": 1.0, "pool_label": "accelerator"})
+    svc = Service(conf, Store(conf.db_path), FakeNodes(), FakeExecutor(conf.jobs_dir))
+    bad_notes = {**alert(host="gpu2", fp="b1"), "annotations": "not an object"}
+    bad_instance = alert(host="", fp="b2", instance="]")
+    bad_instance["labels"].pop("Hostname")
+    bad_xid = alert(host="gpu2", fp="b3", xid=None, xid_label="\u00b2")
+    bad_xid["labels"]["xid"] = bad_xid["labels"].pop("xid_label")
+    decisions = svc.handle_payload(payload(alert(host="gpu1", fp="g1"), bad_notes, "not an alert", bad_instance,
+                                           bad_xid, alert(host="gpu3", fp="g2")))
+    assert [d["decision"] for d in decisions] == ["queued", "refused", "refused", "refused", "refused", "queued"], \
+        decisions
+    assert "malformed alert: 'annotations' is not an object" == decisions[1]["reason"]
+    assert "malformed alert: the alert is not an object" == decisions[2]["reason"]
+    assert "matches no Kubernetes Node" in decisions[3]["reason"]
+    assert "XID code not found" in decisions[4]["reason"]
+    assert [d["node"] for d in decisions if d["decision"] == "queued"] == ["gpu1", "gpu3"]
+    audited = svc.store.audit_entries("alert")
+    assert len(audited) == 6 and sum(a["decision"] == "refused" for a in audited) == 4

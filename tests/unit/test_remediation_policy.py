@@ -174,7 +174,7 @@ def test_dry_run_records_but_never_locks_or_runs(tmp_path):
 @pytest.mark.parametrize(("body", "message"), [
     ([], "expected a JSON object"),
     ({"version": "3", "alerts": []}, "unsupported payload version"),
-    ({"version": "4", "alerts": [{"nolabels": 1}]}, "'alerts' must be a list"),
+    ({"version": "4", "alerts": {"labels": {}}}, "'alerts' must be a list"),  # one bad alert: test_remediation_abuse
 ])
 def test_payload_validation(tmp_path, body, message):
     with pytest.raises(PayloadError, match=message):

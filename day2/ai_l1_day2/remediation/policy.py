@@ -28,7 +28,8 @@ from dataclasses import asdict, dataclass, field
 from .config import Config
 
 XID_LABELS = ("xid", "XID", "err_code")
-XID_TEXT = re.compile(r"\bXID\W{0,3}(\d{1,4})\b", re.IGNORECASE)
+XID_TEXT = re.compile(r"\bXID\W{0,3}([0-9]{1,4})\b", re.IGNORECASE)
+ASCII_INT = re.compile(r"[0-9]{1,6}")
 PORT = re.compile(r"^\[?([^\]]+?)\]?(:\d+)?$")
 
 
@@ -57,6 +58,23 @@ class Decision:
         return asdict(self)
 
 
+def malformed(alert) -> str:
+    """Why the alert is not an Alertmanager alert ('' when it is): each alert of a notification
+    is judged on its own, so one bad alert is refused and the others go on."""
+    if not isinstance(alert, dict):
+        return "the alert is not an object"
+    labels, notes = alert.get("labels"), alert.get("annotations")
+    if not isinstance(labels, dict):
+        return "'labels' is not an object"
+    if notes is not None and not isinstance(notes, dict):
+        return "'annotations' is not an object"
+    for kind, mapping in (("label", labels), ("annotation", notes or {})):
+        for key, value in mapping.items():
+            if not isinstance(value, str):
+                return f"{kind} {str(key)[:64]!r} is not a string"
+    return ""
+
+
 def fingerprint(alert: dict) -> str:
     fp = alert.get("fingerprint")
     if isinstance(fp, str) and fp:
@@ -69,7 +87,7 @@ def alert_xid(alert: dict) -> int | None:
     labels, notes = alert.get("labels") or {}, alert.get("annotations") or {}
     for key in XID_LABELS:
         value = str(labels.get(key, "")).strip()
-        if value.isdigit():
+        if ASCII_INT.fullmatch(value):
             return int(value)
     for key in ("summary", "description"):
         match = XID_TEXT.search(str(notes.get(key, "")))
@@ -104,7 +122,8 @@ def node_hint(alert: dict, cfg: Config) -> tuple[str, str]:
 def resolve_node(label: str, value: str, nodes: dict[str, NodeInfo]) -> str | None:
     if value in nodes:
         return value
-    host = PORT.match(value).group(1) if label == "instance" or ":" in value else value
+    match = PORT.match(value) if label == "instance" or ":" in value else None
+    host = match.group(1) if match else value
     if host in nodes:
         return host
     short = host.split(".")[0]

@@ -12,6 +12,7 @@ One receiver per state directory: an exclusive flock on <state_dir>/receiver.loc
 from __future__ import annotations
 
 import fcntl
+import json
 import logging
 import os
 import socket
@@ -38,9 +39,8 @@ def validate_payload(payload) -> list[dict]:
     if version != "4":
         raise PayloadError(f"unsupported payload version {version!r}: this receiver speaks Alertmanager webhook v4")
     alerts = payload.get("alerts")
-    if not isinstance(alerts, list) or not all(isinstance(a, dict) and isinstance(a.get("labels"), dict)
-                                               for a in alerts):
-        raise PayloadError("'alerts' must be a list of objects each with a 'labels' object")
+    if not isinstance(alerts, list):
+        raise PayloadError("'alerts' must be a list")
     return alerts
 
 
@@ -99,7 +99,14 @@ class Service:
                 self._wake.notify_all()
         return decisions
 
-    def _handle_alert(self, alert: dict, nodes, remote: str) -> dict:
+    def _handle_alert(self, alert, nodes, remote: str) -> dict:
+        problem = policy.malformed(alert)
+        if problem:
+            d = policy.Decision("refused", f"malformed alert: {problem}")
+            self.store.audit("alert", decision=d.decision, reason=d.reason, remote=remote,
+                             details={"alert": json.dumps(alert, default=str)[:1024]})
+            log(LOG, logging.WARNING, "alert refused", **d.as_dict(), remote=remote)
+            return d.as_dict()
         now = self.clock()
         with self.store.transaction() as db:
             d = policy.decide(alert, self.cfg, store=self.store, db=db, nodes=nodes, now=now)
