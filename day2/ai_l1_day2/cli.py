@@ -42,6 +42,10 @@ STATUS_EXIT = {"successful": EXIT_OK, "failed": EXIT_FAILED, "timeout": EXIT_TIM
 
 # Operations that act on named nodes only: refused without --node.
 NEEDS_NODE = {"cordon", "uncordon", "drain", "isolate", "mig-reconfigure", "add-node", "remove-node"}
+# Operations that take the nodes they name out of service: a pattern such as `all` must not take
+# the whole cluster (bounded by --max-nodes), nor a control plane unless asked.
+TAKES_CAPACITY = {"cordon", "drain", "isolate", "mig-reconfigure", "remove-node"}
+CONTROL_PLANE_GROUP = "k8s_control_plane"
 
 HELP = {
     "cordon": "mark nodes unschedulable (with a reason annotation)",
@@ -134,6 +138,11 @@ def build_parser() -> argparse.ArgumentParser:
         if op in ("drain", "isolate", "firmware-update", "mig-reconfigure", "remove-node"):
             p.add_argument("--drain-timeout", type=_positive, metavar="SECONDS",
                            help="seconds a node may take to drain (default 1800)")
+        if op in TAKES_CAPACITY:
+            p.add_argument("--max-nodes", type=_positive, default=1, metavar="N",
+                           help="refuse when --node selects more than N hosts (default %(default)s)")
+            p.add_argument("--allow-control-plane", action="store_true",
+                           help=f"allow hosts of group {CONTROL_PLANE_GROUP} among the nodes")
         if op == "isolate":
             p.add_argument("--fault", required=True,
                            help="fault kind, a label value (e.g. xid-79, ecc-uncorrectable, gpu-unavailable)")
@@ -169,8 +178,10 @@ def extravars_from(args: argparse.Namespace) -> dict[str, Any]:
     return extra
 
 
-def check_hosts(inventory: str | Path, patterns: list[str]) -> list[str]:
-    """The hosts the patterns select in the inventory; BadInput when a pattern selects none."""
+def check_hosts(inventory: str | Path, patterns: list[str], *, max_nodes: int | None = None,
+                allow_control_plane: bool = True) -> list[str]:
+    """The hosts the patterns select in the inventory; BadInput when a pattern selects none, when
+    they select more than max_nodes hosts, or a control plane that is not allowed."""
     from ansible.inventory.manager import InventoryManager  # noqa: PLC0415 - only when a node is named
     from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415
 
@@ -179,11 +190,22 @@ def check_hosts(inventory: str | Path, patterns: list[str]) -> list[str]:
         raise BadInput(f"inventory {inventory} does not exist")
     manager = InventoryManager(loader=DataLoader(), sources=[str(path)])
     hosts: list[str] = []
+    control_planes: list[str] = []
     for pattern in patterns:
-        found = [h.name for h in manager.get_hosts(pattern=pattern)]
+        found = manager.get_hosts(pattern=pattern)
         if not found:
             raise BadInput(f"--node {pattern}: no host of {inventory} matches")
-        hosts += [h for h in found if h not in hosts]
+        for host in found:
+            if host.name not in hosts:
+                hosts.append(host.name)
+                if CONTROL_PLANE_GROUP in {g.name for g in host.get_groups()}:
+                    control_planes.append(host.name)
+    if max_nodes is not None and len(hosts) > max_nodes:
+        raise BadInput(f"--node {' '.join(patterns)} selects {len(hosts)} hosts ({', '.join(hosts[:10])}"
+                       f"{', ...' if len(hosts) > 10 else ''}), more than --max-nodes {max_nodes}")
+    if control_planes and not allow_control_plane:
+        raise BadInput(f"--node selects control-plane hosts {', '.join(control_planes)}; "
+                       "pass --allow-control-plane to act on them")
     return hosts
 
 
@@ -242,7 +264,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         extravars = extravars_from(args)
         if args.nodes:
-            check_hosts(args.inventory, args.nodes)
+            bounded = args.operation in TAKES_CAPACITY
+            check_hosts(args.inventory, args.nodes, max_nodes=args.max_nodes if bounded else None,
+                        allow_control_plane=args.allow_control_plane if bounded else True)
     except BadInput as exc:
         print(f"ai-l1-day2: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

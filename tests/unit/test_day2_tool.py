@@ -248,3 +248,25 @@ def test_timeout_exit_4(project, capsys):
     summary = json.loads(capsys.readouterr().out)
     assert code == cli.EXIT_TIMEOUT and summary["status"] == "timeout", summary
     assert summary["duration_s"] < 60
+
+
+LAB = REPO / "inventories" / "lab" / "hosts.yml"
+
+
+def test_patterns_that_take_capacity_are_bounded_and_spare_control_planes(capsys):
+    """`--node all` or a pattern must not drain the cluster (issue 13, item 2): more hosts than
+    --max-nodes (default 1) and control planes without --allow-control-plane are refused (exit 3)
+    before anything runs."""
+    with pytest.raises(BadInput, match=r"selects 6 hosts .* more than --max-nodes 1"):
+        cli.check_hosts(LAB, ["all"], max_nodes=1, allow_control_plane=False)
+    with pytest.raises(BadInput, match="control-plane hosts cp1"):
+        cli.check_hosts(LAB, ["cp1", "gpu1"], max_nodes=5, allow_control_plane=False)
+    assert cli.check_hosts(LAB, ["gpu*"], max_nodes=2, allow_control_plane=False) == ["gpu1", "gpu2"]
+    assert cli.check_hosts(LAB, ["cp1"], max_nodes=1, allow_control_plane=True) == ["cp1"]
+    for argv in (["drain", "--node", "all"], ["cordon", "--node", "~.*"], ["isolate", "--node", "cp2", "--fault", "x"],
+                 ["drain", "--node", "gpu*"]):
+        assert cli.main([*argv, "-i", str(LAB)]) == cli.EXIT_BAD_INPUT, argv
+        assert "ai-l1-day2:" in capsys.readouterr().err
+    # uncordon gives capacity back: not bounded
+    args = cli.build_parser().parse_args(["uncordon", "--node", "all"])
+    assert not hasattr(args, "max_nodes")
