@@ -11,6 +11,8 @@ device-plugin API. Asserted here:
   or PVC in the lab), is scheduled onto an A100 node, runs, and sees in NVIDIA_VISIBLE_DEVICES
   exactly 8 distinct UUIDs of that node's GPUs (nvidia-smi -L on the node);
 - a Pod asking for one GPU more than any node has stays Pending, and the scheduler says why;
+- every node's allocatable CPU and memory is its capacity less kubeReserved and systemReserved
+  from the inventory (seed 5.1.2: room for the system and the kubelet);
 - the 910B node advertises huawei.com/Ascend910 (one per chip of its scenario; Huawei's DaemonSet
   with the stand-in in its image slot), and an NPU Pod runs there with 2 distinct chips in
   ASCEND_VISIBLE_DEVICES.
@@ -165,3 +167,26 @@ def test_npu_pod_runs_on_the_910b_node_with_the_npus_allocated(core):
     given = env.get("ASCEND_VISIBLE_DEVICES", "").split(",")
     assert len(set(given)) == 2 and set(given) <= {str(n) for n in range(npu_chips())}, \
         env.get("ASCEND_VISIBLE_DEVICES")
+
+
+def quantity(text: str) -> float:
+    """A Kubernetes quantity (CPU or bytes) as a number: 1800m -> 1.8, 256Mi -> 268435456."""
+    units = {"m": 1e-3, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 1e3, "M": 1e6, "G": 1e9}
+    for unit, factor in sorted(units.items(), key=lambda u: -len(u[0])):
+        if text.endswith(unit):
+            return float(text[: -len(unit)]) * factor
+    return float(text)
+
+
+def test_allocatable_keeps_the_reserved_room(core):
+    import yaml  # noqa: PLC0415
+
+    lab = yaml.safe_load((LAB_INVENTORY / "group_vars" / "all" / "k8s.yml").read_text())
+    kube, system = lab["k8s_control_plane_kube_reserved"], lab["k8s_control_plane_system_reserved"]
+    for node in core.list_node().items:
+        cap, alloc = node.status.capacity, node.status.allocatable
+        for res in ("cpu", "memory"):
+            reserved = quantity(kube[res]) + quantity(system[res])
+            # memory: the lab's evictionHard names no memory signal, so no eviction threshold is kept
+            assert abs(quantity(cap[res]) - reserved - quantity(alloc[res])) < 1e-6 * quantity(cap[res]) + 1e-3, \
+                (node.metadata.name, res, cap[res], alloc[res], reserved)
