@@ -9,7 +9,8 @@ device-plugin API. Asserted here:
 - the seed's 5.1.1 Pod, scaled to the lab (8 GPUs, the seed's nodeAffinity on accelerator-model
   and accelerator-count Gt 7, its NCCL env; CPU and memory scaled down, no volcano scheduler
   or PVC in the lab), is scheduled onto an A100 node, runs, and sees in NVIDIA_VISIBLE_DEVICES
-  exactly 8 distinct UUIDs of that node's GPUs (nvidia-smi -L on the node);
+  exactly 8 distinct UUIDs of that node's GPUs (nvidia-smi -L on the node), and in its
+  /etc/nccl.conf (a read-only host file mount) exactly what nccl_config wrote on that node;
 - a Pod asking for one GPU more than any node has stays Pending, and the scheduler says why;
 - every node's allocatable CPU and memory is its capacity less kubeReserved and systemReserved
   from the inventory (seed 5.1.2: room for the system and the kubelet);
@@ -67,11 +68,14 @@ def seed_pod(name: str, gpus: int) -> dict:
         "spec": {
             "restartPolicy": "Never",
             "containers": [{
-                "name": "vllm", "image": IMAGE, "args": ["/etc/hostname"],
+                "name": "vllm", "image": IMAGE, "args": ["/etc/nccl.conf"],
+                # the NCCL settings nccl_config wrote for this host (README: GPU workloads)
+                "volumeMounts": [{"name": "nccl-conf", "mountPath": "/etc/nccl.conf", "readOnly": True}],
                 "env": [{"name": "NCCL_IB_DISABLE", "value": "0"}, {"name": "NCCL_NET_GDR_LEVEL", "value": "3"}],
                 "resources": {"requests": {"nvidia.com/gpu": str(gpus), "cpu": "50m", "memory": "32Mi"},
                               "limits": {"nvidia.com/gpu": str(gpus), "cpu": "50m", "memory": "32Mi"}},
             }],
+            "volumes": [{"name": "nccl-conf", "hostPath": {"path": "/etc/nccl.conf", "type": "File"}}],
             "affinity": {
                 "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{
                     "matchExpressions": [
@@ -119,6 +123,11 @@ def test_seed_pod_runs_with_the_gpus_the_plugin_allocated(core):
     assert len(given) == 8 and len(set(given)) == 8, f"NVIDIA_VISIBLE_DEVICES={env.get('NVIDIA_VISIBLE_DEVICES')!r}"
     assert sorted(given) == sorted(node_uuids(node)), (given, node)
     assert env.get("NCCL_IB_DISABLE") == "0" and env.get("NCCL_NET_GDR_LEVEL") == "3", env
+    # NCCL reads /etc/nccl.conf: the Pod sees exactly what nccl_config discovered on its node
+    host = on(node, "cat /etc/nccl.conf")
+    assert host.returncode == 0 and "NCCL_IB_HCA=" in host.stdout, tail(host)
+    seen = log.split("== file /etc/nccl.conf\n", 1)[1].split("== end", 1)[0]
+    assert seen == host.stdout, (seen, host.stdout)
 
 
 def test_one_gpu_more_than_any_node_has_stays_pending(core):
