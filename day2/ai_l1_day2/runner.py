@@ -258,7 +258,10 @@ def run_operation(
 
     runs_dir = Path(runs_dir) if runs_dir else default_runs_dir(project)
     check_var_names(extravars)  # before a run directory exists
-    ident, private = new_run_dir(runs_dir.resolve(), operation)
+    try:
+        ident, private = new_run_dir(runs_dir.resolve(), operation)
+    except OSError as exc:
+        raise BadInput(f"runs directory {runs_dir} is not usable: {exc.strerror or exc}") from None
     write_extravars(private, extravars)
     failures: list[dict[str, str]] = []
     lock = threading.Lock()

@@ -270,3 +270,12 @@ def test_patterns_that_take_capacity_are_bounded_and_spare_control_planes(capsys
     # uncordon gives capacity back: not bounded
     args = cli.build_parser().parse_args(["uncordon", "--node", "all"])
     assert not hasattr(args, "max_nodes")
+
+
+def test_unusable_runs_dir_is_bad_input(project, tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for runs in (blocker / "runs", Path("/proc/ai-l1-no-such-dir")):
+        code = cli.main(["cordon", "-n", "node1", "-i", str(project / "inventory.yml"), "--runs-dir", str(runs), "-q"])
+        assert code == cli.EXIT_BAD_INPUT, runs
+        assert "runs directory" in capsys.readouterr().err
