@@ -185,7 +185,7 @@ def test_role_argument_specs():
     hv['gpu1']['common_hugepages_2m'] = 'lots'
     hv['npu1']['common_rdma_enable'] = True
     del hv['cp2']['common_chrony_servers']
-    errors = iv.validate_inventory(GROUPS, hv, role_specs={'common': ('all', COMMON_SPEC)})
+    errors = iv.validate_inventory(GROUPS, hv, role_specs={'common': iv.RoleSpec('all', COMMON_SPEC)})
     assert errors == [
         'host cp2: role common: missing required arguments: common_chrony_servers',
         "host gpu1: role common: argument 'common_hugepages_2m' is of type str and we were unable to convert to int: "
@@ -196,11 +196,11 @@ def test_role_argument_specs():
 
 def test_role_spec_conversion_is_accepted_as_ansible_does():
     hv = hostvars(**{h: {'common_chrony_servers': ['ntp1'], 'common_hugepages_2m': '64'} for h in GROUPS['all']})
-    assert iv.validate_inventory(GROUPS, hv, role_specs={'common': ('all', COMMON_SPEC)}) == []
+    assert iv.validate_inventory(GROUPS, hv, role_specs={'common': iv.RoleSpec('all', COMMON_SPEC)}) == []
 
 
 def test_missing_role_spec_is_an_error():
-    role_specs = {'nope': ('all', 'no meta/argument_specs.yml found')}
+    role_specs = {'nope': iv.RoleSpec('all', 'no meta/argument_specs.yml found')}
     errors = iv.validate_inventory(GROUPS, hostvars(), role_specs=role_specs)
     assert errors == ['role nope: no meta/argument_specs.yml found']
 
@@ -250,9 +250,96 @@ def test_union_scope_checks_only_the_hosts_that_run_the_role():
     hv = {**hostvars(), 'st1': dict(CLUSTER)}  # a storage node does not run common: no NTP servers needed
     for host in GROUPS['all']:
         hv[host]['common_hugepages_2m'] = 'x'
-    errors = iv.validate_inventory(groups, hv, role_specs={'common': ('k8s_control_plane:k8s_worker', COMMON_SPEC)})
+    role_specs = {'common': iv.RoleSpec('k8s_control_plane:k8s_worker', COMMON_SPEC)}
+    errors = iv.validate_inventory(groups, hv, role_specs=role_specs)
     assert errors == [
         'groups k8s_control_plane, k8s_worker: role common: missing required arguments: common_chrony_servers',
         "groups k8s_control_plane, k8s_worker: role common: argument 'common_hugepages_2m' is of type str and we "
         "were unable to convert to int: \"'x'\" cannot be converted to an int",
     ]
+
+
+PLUGINS_SPEC = {'k8s_device_plugins_mig_strategy': {'type': 'str', 'choices': ['none', 'single', 'mixed']},
+                'k8s_device_plugins_api_host': {'type': 'str', 'required': True}}
+NODE_SPEC = {'k8s_node_version': {'type': 'str'}}
+
+
+def test_the_longest_role_prefix_owns_a_variable():
+    hv = hostvars(**{h: {'k8s_node_verison': '1', 'k8s_device_plugins_mig_stratgy': 'x'} for h in GROUPS['all']})
+    role_specs = {
+        'k8s_node': iv.RoleSpec('all', NODE_SPEC),
+        'k8s_device_plugins': iv.RoleSpec('all', PLUGINS_SPEC, frozenset({'k8s_device_plugins_api_host'})),
+    }
+    assert iv.validate_inventory(GROUPS, hv, role_specs=role_specs) == [
+        'group all: k8s_node_verison is not a variable of role k8s_node (did you mean k8s_node_version?)',
+        'group all: k8s_device_plugins_mig_stratgy is not a variable of role k8s_device_plugins '
+        '(did you mean k8s_device_plugins_mig_strategy?)',
+    ]
+    assert iv.role_owner('k8s_device_plugins_x', role_specs) == 'k8s_device_plugins'
+    assert iv.role_owner('k8s_nodes', role_specs) is None
+
+
+def test_set_by_playbook_is_not_required_and_an_inventory_value_is_refused():
+    spec = iv.RoleSpec('k8s_worker', PLUGINS_SPEC, frozenset({'k8s_device_plugins_api_host'}))
+    assert iv.validate_inventory(GROUPS, hostvars(), role_specs={'k8s_device_plugins': spec}) == []
+    hv = hostvars(gpu1={'k8s_device_plugins_api_host': 'cp9'})
+    assert iv.validate_inventory(GROUPS, hv, role_specs={'k8s_device_plugins': spec}) == [
+        'host gpu1: k8s_device_plugins_api_host is set by the playbook that runs role k8s_device_plugins; '
+        'the inventory value would be ignored']
+    # Without the playbook's value the role would refuse to start: required stays required.
+    errors = iv.validate_inventory(GROUPS, hostvars(), role_specs={'k8s_device_plugins': spec._replace(
+        set_by_playbook=frozenset())})
+    assert errors == ['group k8s_worker: role k8s_device_plugins: missing required arguments: '
+                      'k8s_device_plugins_api_host']
+
+
+def test_a_switched_off_role_is_not_checked_and_its_switch_is_no_typo():
+    spec = iv.RoleSpec('k8s_worker', PLUGINS_SPEC, enabled_by='k8s_device_plugins_enabled')
+    hv = hostvars(**{h: {'k8s_device_plugins_enabled': False} for h in GROUPS['all']})
+    assert iv.validate_inventory(GROUPS, hv, role_specs={'k8s_device_plugins': spec}) == []
+    hv['gpu1']['k8s_device_plugins_enabled'] = 'true'  # -e name=true arrives as a string
+    assert iv.validate_inventory(GROUPS, hv, role_specs={'k8s_device_plugins': spec}) == [
+        'host gpu1: role k8s_device_plugins: missing required arguments: k8s_device_plugins_api_host']
+
+
+def test_a_variable_with_its_own_rule_is_no_typo():
+    hv = hostvars(**{h: {'k8s_node_address': '192.0.2.1'} for h in GROUPS['all']})
+    role_specs = {'k8s_node': iv.RoleSpec('all', NODE_SPEC)}
+    assert iv.validate_inventory(GROUPS, hv, rules={'k8s_node_address': {'format': 'ip'}}, role_specs=role_specs) == []
+    assert iv.validate_inventory(GROUPS, hv, role_specs=role_specs) == [
+        'group all: k8s_node_address is not a variable of role k8s_node (did you mean k8s_node_version?)']
+
+
+def test_role_spec_entries():
+    assert iv.role_spec('gpu_nvidia', {}) == iv.RoleSpec('gpu_nvidia', {})
+    entry = {'hosts': 'k8s_worker', 'set_by_playbook': ['a_b'], 'enabled_by': 'a_on'}
+    assert iv.role_spec(entry, {}) == iv.RoleSpec('k8s_worker', {}, frozenset({'a_b'}), 'a_on')
+
+
+def _role_uses(playbook, seen=None):
+    """role -> the vars the playbook's plays pass it (roles: vars and include_role vars), recursively."""
+    uses = {} if seen is None else seen
+    for play in yaml.safe_load(playbook.read_text()):
+        if 'ansible.builtin.import_playbook' in play:
+            _role_uses(playbook.parent / play['ansible.builtin.import_playbook'], uses)
+            continue
+        for entry in play.get('roles') or []:
+            name = entry if isinstance(entry, str) else entry['role']
+            uses.setdefault(name, set()).update((entry.get('vars') or {}) if isinstance(entry, dict) else ())
+        stack = [t for key in ('pre_tasks', 'tasks', 'post_tasks') for t in play.get(key) or []]
+        while stack:
+            task = stack.pop()
+            stack.extend(t for key in ('block', 'rescue', 'always') for t in task.get(key) or [])
+            include = task.get('ansible.builtin.include_role') or task.get('ansible.builtin.import_role')
+            if include and include.get('tasks_from', 'main') == 'main':
+                uses.setdefault(include['name'], set()).update(task.get('vars') or {})
+    return uses
+
+
+def test_schema_covers_every_role_site_runs_with_what_the_playbooks_set():
+    schema = yaml.safe_load((ROOT / 'playbooks/vars/inventory_schema.yml').read_text())['inventory_schema']
+    uses = _role_uses(ROOT / 'playbooks/site.yml')
+    entries = {role: iv.role_spec(entry, {}) for role, entry in schema['role_argument_specs'].items()}
+    assert sorted(entries) == sorted(uses)
+    for role, names in uses.items():
+        assert entries[role].set_by_playbook == names, role

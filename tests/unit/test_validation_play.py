@@ -52,6 +52,17 @@ CASES = {
         "\"'lots'\" cannot be converted to an int"],
     'role_var_typo': [
         'host npu1: common_rdma_enable is not a variable of role common (did you mean common_rdma_enabled?)'],
+    'nvidia_driver_typo': [
+        'group gpu_nvidia: nvidia_driver_verison is not a variable of role nvidia_driver '
+        '(did you mean nvidia_driver_version?)'],
+    'device_plugins_typo': [
+        'groups gpu_nvidia, npu_ascend: k8s_device_plugins_mig_stratgy is not a variable of role k8s_device_plugins '
+        '(did you mean k8s_device_plugins_mig_strategy?)',
+        'host gpu1: k8s_device_plugins_nvidia_device_list_strategy is not a variable of role k8s_device_plugins '
+        '(did you mean k8s_device_plugins_device_list_strategy?)'],
+    'set_by_playbook': [
+        'group k8s_control_plane: k8s_control_plane_version is set by the playbook that runs role '
+        'k8s_control_plane; the inventory value would be ignored'],
     'several_mistakes': [
         'group k8s_control_plane: must have 1, 3, 5 or 7 hosts (has 4: cp1, cp2, cp3, cp4)',
         "group all: k8s_service_cidr must be a CIDR with a prefix length such as 10.244.0.0/16 (got '10.96.0.0')",

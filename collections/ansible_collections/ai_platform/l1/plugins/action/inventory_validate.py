@@ -15,6 +15,7 @@ import os
 import posixpath
 import re
 from collections.abc import Mapping
+from typing import NamedTuple
 
 from ansible import constants as C
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
@@ -279,18 +280,50 @@ def check_disjoint(groups, hostvars, disjoint_cidrs):
     return found
 
 
-def check_role_specs(groups, hostvars, role_specs):
-    """role_specs: {role: (group, options or an error message)} -> per-host argument errors."""
+def role_owner(name, roles):
+    """The role whose prefix a variable carries; the longest wins (monitoring_k8s_x is not monitoring's)."""
+    owners = [role for role in roles if name.startswith(f'{role}_')]
+    return max(owners, key=len) if owners else None
+
+
+class RoleSpec(NamedTuple):
+    """How one role is checked.
+
+    ``options`` is the role's argument spec (or an error message when it has none).
+    ``set_by_playbook`` names options the play passes to the role itself (role vars win over the
+    inventory), so the inventory need not give them and a value it gives would be ignored.
+    ``enabled_by`` names a boolean variable without which the play skips the role on a host.
+    """
+    hosts: str
+    options: Mapping | str
+    set_by_playbook: frozenset = frozenset()
+    enabled_by: str | None = None
+
+
+def _enabled(hostvars, host, switch):
+    if not switch:
+        return True
+    value = _get(hostvars, host, switch)
+    return value is not UNDEFINED and not isinstance(value, tuple) and str(value).lower() in ('true', 'yes', '1', 'on')
+
+
+def check_role_specs(groups, hostvars, role_specs, known=()):
+    """role_specs: {role: RoleSpec} -> per-host argument errors.
+
+    ``known`` names variables with their own rule: a role prefix on them is not a typo.
+    """
     found = []
-    for role, (scope, options) in role_specs.items():
+    for role, (scope, options, set_by_playbook, enabled_by) in role_specs.items():
         if isinstance(options, str):
             found.append((f'role {role}', options, None))
             continue
-        validator = ArgumentSpecValidator(options)
-        prefix = f'{role}_'
+        from_inventory = {name: spec for name, spec in options.items() if name not in set_by_playbook}
+        validator = ArgumentSpecValidator(from_inventory)
         for host in _scope_hosts(groups, scope):
+            if not _enabled(hostvars, host, enabled_by):
+                continue
             params = {}
-            for name in options:
+            for name in from_inventory:
                 value = _get(hostvars, host, name)
                 if isinstance(value, tuple):
                     found.append((host, f'{name} cannot be templated: {value[0]}', scope))
@@ -298,10 +331,14 @@ def check_role_specs(groups, hostvars, role_specs):
                     params[name] = value
             for message in validator.validate(params).error_messages:
                 found.append((host, f'role {role}: {message}', scope))
-            # A misspelt role variable is silently ignored by the role: catch it here.
             for name in _var_names(hostvars, host):
-                if name.startswith(prefix) and name not in options:
-                    close = difflib.get_close_matches(name, list(options), n=1)
+                if name in set_by_playbook:
+                    found.append((host, f'{name} is set by the playbook that runs role {role}; '
+                                        'the inventory value would be ignored', scope))
+                # A misspelt role variable is silently ignored by the role: catch it here.
+                elif (name not in options and name not in known and name != enabled_by
+                      and role_owner(name, role_specs) == role):
+                    close = difflib.get_close_matches(name, list(from_inventory), n=1)
                     hint = f' (did you mean {close[0]}?)' if close else ''
                     found.append((host, f'{name} is not a variable of role {role}{hint}', scope))
     return found
@@ -338,7 +375,7 @@ def validate_inventory(groups, hostvars, *, required_groups=(), group_sizes=None
     """Every problem found, one line each; an empty list means the inventory is valid.
 
     ``hostvars`` maps host -> mapping of that host's (templated on access) variables.
-    ``role_specs`` maps role -> (group, argument spec options dict or error message).
+    ``role_specs`` maps role -> RoleSpec.
     """
     rules = rules or {}
     schema_errors = check_rules(rules)
@@ -348,7 +385,7 @@ def validate_inventory(groups, hostvars, *, required_groups=(), group_sizes=None
     found += check_unique(groups, hostvars, unique_vars)
     found += check_vars(groups, hostvars, rules)
     found += check_disjoint(groups, hostvars, disjoint_cidrs)
-    found += check_role_specs(groups, hostvars, role_specs or {})
+    found += check_role_specs(groups, hostvars, role_specs or {}, known=set(rules))
     return schema_errors + fold(found, groups)
 
 
@@ -414,6 +451,14 @@ def find_role_options(role, roles_paths, loader):
     return f"no meta/argument_specs.yml with a 'main' entry point found in {', '.join(roles_paths)}"
 
 
+def role_spec(entry, options):
+    """A RoleSpec from a role_argument_specs value: 'group' or {hosts, set_by_playbook, enabled_by}."""
+    if not isinstance(entry, Mapping):
+        return RoleSpec(str(entry), options)
+    return RoleSpec(str(entry.get('hosts', 'all')), options, frozenset(entry.get('set_by_playbook') or ()),
+                    entry.get('enabled_by'))
+
+
 # ---------------------------------------------------------------- the action
 
 ARGUMENT_SPEC = {
@@ -465,8 +510,8 @@ class ActionModule(ActionBase):
 
         roles_paths = args['roles_path'] or self._default_roles_paths(task_vars)
         role_specs = {}
-        for role, scope in args['role_argument_specs'].items():
-            role_specs[role] = (scope, find_role_options(role, roles_paths, self._loader))
+        for role, entry in args['role_argument_specs'].items():
+            role_specs[role] = role_spec(entry, find_role_options(role, roles_paths, self._loader))
 
         errors = validate_inventory(
             groups, hostvars,

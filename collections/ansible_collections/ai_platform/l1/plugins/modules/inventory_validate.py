@@ -75,10 +75,19 @@ options:
     default: []
   role_argument_specs:
     description:
-      - Role name to the group (or union of groups, C(a:b)) whose hosts run the role. Each host's variables named in the
-        role's C(main) entry point are validated against its C(meta/argument_specs.yml), and
-        variables with the role's prefix (C(ROLE_)) that the spec does not know are reported
-        as probable typos.
+      - Role name to the group (or union of groups, C(a:b)) whose hosts run the role, or to a
+        dict with C(hosts) (that group), C(set_by_playbook) and C(enabled_by).
+      - Each host's variables named in the role's C(main) entry point are validated against its
+        C(meta/argument_specs.yml) (types, choices, required).
+      - A variable with the role's prefix (C(ROLE_)) that the spec does not know is reported as
+        a probable typo with the closest option (did you mean). The longest role prefix owns a
+        name, so C(monitoring_k8s_x) is checked against C(monitoring_k8s), not C(monitoring).
+        A variable that has its own rule in O(variables) is never a typo.
+      - C(set_by_playbook) lists options the play passes to the role itself. Role variables win
+        over the inventory, so they are not required from it, and an inventory value for one is
+        reported because it would be ignored.
+      - C(enabled_by) names a variable; hosts where it is not true skip the role and are not
+        checked against it.
       - A role without C(meta/argument_specs.yml) is an error.
     type: dict
     default: {}
@@ -139,6 +148,9 @@ EXAMPLES = r"""
           - [k8s_pod_cidr, k8s_service_cidr, ansible_host]
         role_argument_specs:
           common: k8s_control_plane:k8s_worker
+          k8s_worker:
+            hosts: k8s_worker
+            set_by_playbook: [k8s_worker_join]
         variables:
           k8s_pod_cidr:
             required: true
