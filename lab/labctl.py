@@ -37,6 +37,9 @@ IMAGE_DIR = REPO / "lab" / "image"
 IMAGE_REPO = "localhost/ai-l1-node"
 CACHE_DIR = Path(os.environ.get("AI_L1_CACHE", "/var/cache/ai-l1"))
 SSH_KEY = REPO / ".lab" / "ssh" / "id_ed25519"
+# The user Ansible connects as (inventories/lab, the molecule base config); the image gives it
+# passwordless sudo.
+ANSIBLE_USER = "ops"
 FACTS_DIR = REPO / ".cache" / "ansible-facts"
 DEFAULT_INVENTORY = REPO / "inventories" / "lab" / "hosts.yml"
 DEFAULT_PROFILES = REPO / "tests" / "hardware" / "profiles"
@@ -325,13 +328,15 @@ def wait_booted(node: Node) -> str:
 
 
 def install_key(node: Node, pubkey: str) -> None:
-    have = podman("exec", node.container, "cat", "/root/.ssh/authorized_keys",
-                  check=False).stdout
-    if pubkey.strip() in have:
-        return
-    podman("exec", "-i", node.container, "sh", "-c",
-           "umask 077; mkdir -p /root/.ssh; cat >> /root/.ssh/authorized_keys",
-           input_text=pubkey)
+    """The lab key for root (labctl and the tests) and for ops (Ansible; sudo to root)."""
+    for user, home in (("root", "/root"), (ANSIBLE_USER, f"/home/{ANSIBLE_USER}")):
+        keys = f"{home}/.ssh/authorized_keys"
+        have = podman("exec", node.container, "cat", keys, check=False).stdout
+        if pubkey.strip() in have:
+            continue
+        podman("exec", "-i", node.container, "sh", "-c",
+               f"umask 077; mkdir -p {home}/.ssh; cat >> {keys}; chown -R {user}: {home}/.ssh",
+               input_text=pubkey)
 
 
 def check_ssh(node: Node, attempts: int = 10) -> None:

@@ -22,6 +22,13 @@ ExecStartPre=/usr/sbin/sshd -t
 CONF
 systemctl enable ssh.service 2>/dev/null
 install -d -m 0700 /root/.ssh
+# Ansible connects as `ops` and becomes root with sudo, as the sample inventory does on real
+# servers, so a play without `become` fails in the lab instead of on a customer's first run.
+# labctl keeps root's key too: tests inspect nodes as root, Ansible never does.
+useradd --create-home --shell /bin/bash ops
+install -d -m 0700 -o ops -g ops /home/ops/.ssh
+echo 'ops ALL=(ALL:ALL) NOPASSWD: ALL' > /etc/sudoers.d/ops
+chmod 0440 /etc/sudoers.d/ops
 
 # Units that make no sense in a container (no consoles, no udev: /sys and /dev belong
 # to the host and a udev trigger here would act on the host's devices).

@@ -51,6 +51,7 @@ def run_role(tmp_path, name: str) -> subprocess.CompletedProcess:
     playbook.write_text(textwrap.dedent(f"""\
         - name: MIG layout on {NODE}
           hosts: {NODE}
+          become: true
           gather_facts: false
           roles:
             - role: nvidia_mig

@@ -199,3 +199,19 @@ def test_allocatable_keeps_the_reserved_room(core):
             # memory: the lab's evictionHard names no memory signal, so no eviction threshold is kept
             assert abs(quantity(cap[res]) - reserved - quantity(alloc[res])) < 1e-6 * quantity(cap[res]) + 1e-3, \
                 (node.metadata.name, res, cap[res], alloc[res], reserved)
+
+
+@pytest.mark.parametrize("node", A100_NODES)
+def test_nvml_and_nvidia_smi_came_with_the_driver_packages(k8s_cluster, node):  # noqa: ARG001
+    # The a100 profile installs no driver: NVML and nvidia-smi are the packages' files.
+    proc = on(node, "dpkg -S /usr/bin/nvidia-smi \"$(readlink -f /usr/lib/$(uname -m)-linux-gnu/libnvidia-ml.so.1)\"")
+    assert proc.returncode == 0, tail(proc)
+    owners = sorted(line.split(":")[0] for line in proc.stdout.splitlines())
+    assert owners == ["libnvidia-ml1", "nvidia-smi"], proc.stdout
+
+
+def test_npu_smi_came_with_the_driver_installer(k8s_cluster):  # noqa: ARG001
+    # The ascend_910b profile installs no driver: npu-smi is the driver installer's, at the role's pin.
+    proc = on("npu1", "readlink -f \"$(command -v npu-smi)\"; sed -n 's/^Version=//p' /usr/local/Ascend/driver/version.info")
+    assert proc.returncode == 0, tail(proc)
+    assert proc.stdout.split() == ["/usr/local/Ascend/driver/tools/npu-smi", "23.0.rc1"]
