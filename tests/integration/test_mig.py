@@ -31,6 +31,16 @@ CONFIG = {
         "mig-test": [{"devices": [0], "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}],
     },
 }
+# GPU 0 into seven 1g.10gb instances, GPU 7 out of MIG: both kinds of resource under `mixed`.
+RESOURCES_CONFIG = {
+    "version": "v1",
+    "mig-configs": {
+        "mig-resources": [{"devices": [0], "mig-enabled": True, "mig-devices": {"1g.10gb": 7}},
+                          {"devices": [7], "mig-enabled": False}],
+        "all-disabled": [{"devices": "all", "mig-enabled": False}],
+    },
+}
+WORKLOAD_IMAGE = "10.89.100.1:5000/ai-l1-lab/workload:v0.1.0"
 ORDER = ["MIG cordon (1/5)", "MIG drain (2/5)", "MIG apply |", "MIG verify |", "MIG uncordon (5/5)"]
 
 
@@ -46,7 +56,7 @@ def gpu_instances() -> str:
     return proc.stdout
 
 
-def run_role(tmp_path, name: str) -> subprocess.CompletedProcess:
+def run_role(tmp_path, name: str, config: str = "mig-test", configs: dict = CONFIG) -> subprocess.CompletedProcess:
     playbook = tmp_path / f"{name}.yml"
     playbook.write_text(textwrap.dedent(f"""\
         - name: MIG layout on {NODE}
@@ -56,11 +66,11 @@ def run_role(tmp_path, name: str) -> subprocess.CompletedProcess:
           roles:
             - role: nvidia_mig
               vars:
-                nvidia_mig_config: mig-test
+                nvidia_mig_config: {config}
                 nvidia_mig_drain_timeout: 180
         """))
     extra = tmp_path / "mig-vars.json"
-    extra.write_text(json.dumps({"nvidia_mig_configs": CONFIG}))
+    extra.write_text(json.dumps({"nvidia_mig_configs": configs}))
     t0 = time.monotonic()
     proc = sh("ansible-playbook", "-i", LAB_INVENTORY, "-e", f"@{extra}", playbook, timeout=900)
     print(f"{name}: ansible-playbook took {time.monotonic() - t0:.1f}s")
@@ -181,3 +191,98 @@ def test_mig_failure_leaves_node_cordoned_with_reason(tmp_path, gpu1_restored):
     assert reason.startswith("MIG reconfiguration to mig-test failed"), reason
     assert "pid 4242" in reason, reason
     assert gpu_instances() == gpu1_restored, "the refused change touched the GPU instances"
+
+
+# ---------------------------------------------------------------- MIG resources on the Node
+
+def advertised() -> dict[str, int]:
+    """gpu1's nonzero nvidia.com/* allocatable (a resource whose plugin left stays at 0)."""
+    have = node_json()["status"].get("allocatable", {})
+    return {k: int(v) for k, v in have.items() if k.startswith("nvidia.com/") and int(v) > 0}
+
+
+def driver_view(strategy: str) -> tuple[dict[str, int], dict[str, list[str]]]:
+    """What the node's driver lists (nvidia-smi -L), as resources under a MIG strategy, and each
+    resource's device UUIDs."""
+    proc = on(NODE, "nvidia-smi -L")
+    assert proc.returncode == 0, tail(proc)
+    uuids: dict[str, list[str]] = {}
+    gpu = None
+    migs: list[tuple[str, str]] = []
+
+    def close():
+        if gpu is None:
+            return
+        if strategy == "mixed" and migs:
+            for profile, uuid in migs:
+                uuids.setdefault(f"nvidia.com/mig-{profile}", []).append(uuid)
+        else:
+            uuids.setdefault("nvidia.com/gpu", []).append(gpu)
+
+    for line in proc.stdout.splitlines():
+        if m := re.match(r"^GPU \d+: .* \(UUID: (GPU-[^)]+)\)$", line):
+            close()
+            gpu, migs = m.group(1), []
+        elif m := re.match(r"^\s+MIG (\S+)\s+Device\s+\d+: \(UUID: (MIG-[^)]+)\)$", line):
+            migs.append((m.group(1), m.group(2)))
+    close()
+    return {k: len(v) for k, v in uuids.items()}, uuids
+
+
+def wait_advertised(want: dict[str, int], timeout: float = 120) -> None:
+    end = time.monotonic() + timeout
+    while (have := advertised()) != want:
+        assert time.monotonic() < end, f"{NODE} advertises {have}, its driver says {want}"
+        time.sleep(3)
+
+
+def set_strategy(strategy: str) -> None:
+    proc = sh("ansible-playbook", "-i", LAB_INVENTORY, REPO / "playbooks/device_plugins.yml",
+              "-e", f"k8s_device_plugins_mig_strategy={strategy}", timeout=600)
+    assert proc.returncode == 0, tail(proc)
+
+
+@pytest.fixture
+def mixed_strategy(gpu1_restored):  # noqa: ARG001 (restores the layout after this is undone)
+    set_strategy("mixed")
+    yield
+    set_strategy("none")
+    wait_advertised({"nvidia.com/gpu": 8})
+
+
+def run_on_gpu1(name: str, resource: str) -> str:
+    """A Pod on gpu1 asking for one `resource`; returns the devices it was given."""
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NAMESPACE},
+           "spec": {"restartPolicy": "Never", "nodeSelector": {"kubernetes.io/hostname": NODE},
+                    "containers": [{"name": "w", "image": WORKLOAD_IMAGE,
+                                    "resources": {"limits": {resource: "1"}}}]}}
+    ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+    manifest = json.dumps({"apiVersion": "v1", "kind": "List", "items": [ns, pod]})
+    made = on(CONTROL_PLANES[0], f"printf %s {shlex.quote(manifest)} | {KUBECTL} apply -f - && "
+              f"{KUBECTL} -n {NAMESPACE} wait pod/{name} --for=jsonpath='{{.status.phase}}'=Succeeded "
+              f"--timeout=180s && {KUBECTL} -n {NAMESPACE} logs {name}", timeout=240)
+    assert made.returncode == 0, tail(made)
+    given = re.search(r"^NVIDIA_VISIBLE_DEVICES=(.*)$", made.stdout, re.M)
+    assert given, made.stdout
+    return given.group(1)
+
+
+def test_mig_resources_follow_the_layout(tmp_path, mixed_strategy):  # noqa: ARG001
+    want, _ = driver_view("mixed")
+    assert "nvidia.com/gpu" not in want, f"the lab scenario starts with MIG on every GPU: {want}"
+    wait_advertised(want)
+
+    changed = run_role(tmp_path, "resources", "mig-resources", RESOURCES_CONFIG)
+    assert changed.returncode == 0, tail(changed, 150)
+    assert "MIG | restart the device plugin" in changed.stdout
+    want, uuids = driver_view("mixed")
+    assert want.get("nvidia.com/mig-1g.10gb") == 7 and want.get("nvidia.com/gpu") == 1, want
+    wait_advertised(want)
+    # One MIG device and the whole GPU that left MIG, each to a Pod, each exactly what the driver lists.
+    assert run_on_gpu1("mig-1g", "nvidia.com/mig-1g.10gb") in uuids["nvidia.com/mig-1g.10gb"]
+    assert run_on_gpu1("whole-gpu", "nvidia.com/gpu") == uuids["nvidia.com/gpu"][0]
+
+    # Back to no MIG: the MIG resources go, all eight GPUs return.
+    disabled = run_role(tmp_path, "disabled", "all-disabled", RESOURCES_CONFIG)
+    assert disabled.returncode == 0, tail(disabled, 150)
+    wait_advertised({"nvidia.com/gpu": 8})

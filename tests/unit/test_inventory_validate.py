@@ -224,7 +224,8 @@ def test_schema_mistakes_are_reported():
     assert errors[0].startswith("schema: variables.a has unknown rule 'typ' (known: ")
     assert errors[1:4] == [
         'schema: variables.b.type must be one of str, int, float, bool, list, dict (got \'string\')',
-        "schema: variables.b.format must be one of ip, cidr, abspath, hostname_or_ip (got 'url')",
+        "schema: variables.b.format must be one of ip, cidr, abspath, hostname_or_ip, k8s_node_name, k8s_labels, "
+        "secret (got 'url')",
         'schema: variables.b.pattern is not a valid regular expression '
         '(missing ), unterminated subpattern at position 0)',
     ]
@@ -343,3 +344,47 @@ def test_schema_covers_every_role_site_runs_with_what_the_playbooks_set():
     assert sorted(entries) == sorted(uses)
     for role, names in uses.items():
         assert entries[role].set_by_playbook == names, role
+
+
+@pytest.mark.parametrize(('value', 'bad'), [
+    ('550.54.15', False), (' 550.54.15', True), ('550.54.15\n', True), ('a\tb', False),
+    ('line one\nline two\n', False), (12, False),
+])
+def test_stray_whitespace(value, bad):
+    assert iv.stray_whitespace(value) is bad
+
+
+def test_labels_and_node_names():
+    ok = {'pool': 'training', 'ai-platform.io/team': 'a.b_c-d', 'empty': ''}
+    assert iv.check_format('labels', ok, 'k8s_labels') is None
+    assert iv.check_format('labels', {'-x': 'y', 'Bad_Prefix/x': 'y'}, 'k8s_labels') == (
+        "labels: key '-x' is not a label key ([DNS prefix/]name, name at most 63 characters); "
+        "key 'Bad_Prefix/x' is not a label key ([DNS prefix/]name, name at most 63 characters)")
+    assert iv.check_format('labels', ['x'], 'k8s_labels') == 'labels must be a dict of Kubernetes labels (got list)'
+    assert iv.check_format('n', 'gpu-01.dc1', 'k8s_node_name') is None
+    assert iv.check_format('n', 'gpu_01', 'k8s_node_name').startswith('n must be a Kubernetes Node name')
+
+
+def test_placeholder_secrets_are_refused_without_showing_the_value():
+    assert iv.check_value('pw', 'Change-Me', {'type': 'str', 'format': 'secret'}) == [
+        'pw is a placeholder, not a secret: set a real one (keep it in Ansible Vault)']
+    assert iv.check_value('pw', 's3cr3t ', {'type': 'str', 'format': 'secret'}) == ['pw has whitespace around it']
+    assert iv.check_value('pw', 'k7Qm2xVb', {'type': 'str', 'format': 'secret'}) == []
+
+
+def test_distinct_from_names_the_owner():
+    hv = hostvars(**{h: {'vip': '192.0.2.5'} for h in GROUPS['k8s_control_plane']})
+    hv['gpu2']['ansible_host'] = '192.0.2.5'
+    errors = iv.validate_inventory(GROUPS, hv, rules={'vip': {'hosts': 'k8s_control_plane',
+                                                             'distinct_from': ['ansible_host']}})
+    assert errors == ["group k8s_control_plane: vip '192.0.2.5' is the ansible_host of gpu2"]
+
+
+def test_check_definitions_compares_connection_variables_only():
+    inventory = {'all': {'children': {
+        'a': {'hosts': {'h1': {'ansible_host': '192.0.2.1', 'x': 1}, 'h2': None}},
+        'b': {'hosts': {'h1': {'ansible_host': '192.0.2.1', 'x': 2}, 'h2': {'ansible_port': 2222}}},
+        'c': {'children': {'d': {'hosts': {'h2': {'ansible_port': 22}}}}},
+    }}}
+    assert iv.check_definitions([inventory]) == [
+        ('h2', 'is defined more than once with different ansible_port (2222 in b; 22 in d)', None)]

@@ -63,6 +63,30 @@ CASES = {
     'set_by_playbook': [
         'group k8s_control_plane: k8s_control_plane_version is set by the playbook that runs role '
         'k8s_control_plane; the inventory value would be ignored'],
+    'host_defined_twice': [
+        "host gpu1: is defined more than once with different ansible_host "
+        "('192.0.2.21' in gpu_nvidia; '192.0.2.99' in storage_clients)"],
+    'stray_whitespace': ["host gpu1: nvidia_driver_version has whitespace around it (got '550.127.05 ')"],
+    'bad_node_labels': [
+        "group k8s_worker: k8s_worker_node_labels: team='ai platform' is not a label value (at most 63 of "
+        "A-Z a-z 0-9 - _ ., alphanumeric at both ends); cost-centre must be a string (got int 4711; quote it in "
+        "YAML); ai-platform.io/owner='a-very-long-owner-name-that-goes-on-and-on-past-the-sixty-three-limit' is "
+        "not a label value (at most 63 of A-Z a-z 0-9 - _ ., alphanumeric at both ends)"],
+    'bad_node_name': [
+        "host CP_1: inventory_hostname must be a Kubernetes Node name (lowercase letters, digits, - and ., at "
+        "most 253 characters) (got 'CP_1')"],
+    'protocol_ranges': [
+        'group k8s_control_plane: k8s_control_plane_vrrp_router_id must be >= 1 (got 0)',
+        "host gpu1: rdma_network_priority must be an integer (got str '3')",
+        'host gpu1: rdma_network_dscp must be <= 63 (got 64)'],
+    'vip_is_node_address': [
+        "groups k8s_control_plane, k8s_worker: k8s_control_plane_vip '192.0.2.12' is the ansible_host of cp2"],
+    'vip_in_service_cidr': ["group all: k8s_service_cidr '10.96.0.0/12' overlaps k8s_control_plane_vip '10.96.0.10'"],
+    'vip_not_an_address': [
+        "groups k8s_control_plane, k8s_worker: k8s_control_plane_vip must be an IP address (got 'api.example.com')"],
+    'placeholder_secret': [
+        'group k8s_control_plane: k8s_control_plane_vrrp_password is a placeholder, not a secret: set a real one '
+        '(keep it in Ansible Vault)'],
     'several_mistakes': [
         'group k8s_control_plane: must have 1, 3, 5 or 7 hosts (has 4: cp1, cp2, cp3, cp4)',
         "group all: k8s_service_cidr must be a CIDR with a prefix length such as 10.244.0.0/16 (got '10.96.0.0')",
@@ -146,11 +170,22 @@ def test_limit_does_not_skip_validation():
     assert validation_result(report)['errors'] == CASES['even_control_plane']
 
 
-@pytest.mark.parametrize(('inventory', 'hosts'), [('inventories/sample', 103), ('inventories/lab', 6)])
-def test_shipped_inventories_pass(inventory, hosts):
+@pytest.mark.parametrize(('inventory', 'hosts', 'extra'), [
+    ('inventories/sample', 103, ['-e', 'k8s_control_plane_vrrp_password=9fQ2vR7x']),
+    ('inventories/lab', 6, []),
+])
+def test_shipped_inventories_pass(inventory, hosts, extra):
     # validate.yml alone: site.yml would go on to configure the hosts.
-    proc, report = checked(run_playbook('playbooks/validate.yml', ROOT / inventory))
+    proc, report = checked(run_playbook('playbooks/validate.yml', ROOT / inventory, *extra))
     result = validation_result(report)
     assert proc.returncode == 0, result.get('msg')
     assert result['errors'] == []
     assert result['checked_hosts'] == hosts
+
+
+def test_the_sample_placeholder_secret_is_refused():
+    proc, report = checked(run_playbook('playbooks/validate.yml', ROOT / 'inventories/sample'))
+    assert proc.returncode == 2
+    assert validation_result(report)['errors'] == [
+        'group k8s_control_plane: k8s_control_plane_vrrp_password is a placeholder, not a secret: set a real one '
+        '(keep it in Ansible Vault)']

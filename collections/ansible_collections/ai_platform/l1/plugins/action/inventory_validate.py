@@ -23,16 +23,27 @@ from ansible.plugins.action import ActionBase
 
 RULE_KEYS = frozenset((
     'hosts', 'required', 'type', 'elements', 'choices', 'min', 'max', 'pattern', 'format', 'version_min',
-    'same_on_all_hosts',
+    'same_on_all_hosts', 'distinct_from',
 ))
 TYPES = ('str', 'int', 'float', 'bool', 'list', 'dict')
-FORMATS = ('ip', 'cidr', 'abspath', 'hostname_or_ip')
+FORMATS = ('ip', 'cidr', 'abspath', 'hostname_or_ip', 'k8s_node_name', 'k8s_labels', 'secret')
+# Values that sample files and tutorials put where a secret goes; never a real one.
+PLACEHOLDER_SECRETS = frozenset((
+    'change-me', 'changeme', 'change_me', 'replace-me', 'replaceme', 'password', 'passw0rd', 'secret', 'example',
+    'todo', 'fixme', 'xxx', 'xxxx', 'xxxxxxxx', 'admin', '123456', '12345678', 'default', 'test',
+))
 TYPE_WORDS = {
     'str': 'a string', 'int': 'an integer', 'float': 'a number',
     'bool': 'a boolean', 'list': 'a list', 'dict': 'a dict',
 }
 LABEL = r'[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?'
 HOSTNAME_RE = re.compile(rf'^(?=.{{1,253}}$){LABEL}(\.{LABEL})*$')
+# Kubernetes: a Node name is a DNS-1123 subdomain; a label value is at most 63 characters of
+# alphanumerics, '-', '_', '.', starting and ending alphanumeric; a key is [prefix/]name.
+DNS1123_LABEL = r'[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?'
+NODE_NAME_RE = re.compile(rf'^(?=.{{1,253}}$){DNS1123_LABEL}(\.{DNS1123_LABEL})*$')
+LABEL_VALUE_RE = re.compile(r'^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$')
+LABEL_NAME_RE = re.compile(r'^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$')
 # bool before int: True is an int in Python.
 TYPE_CLASSES = (
     ('bool', bool), ('int', int), ('float', float), ('str', str), ('dict', Mapping), ('list', (list, tuple)),
@@ -117,16 +128,54 @@ def _is_hostname(text):
     return bool(HOSTNAME_RE.match(text)) and not text.replace('.', '').isdigit()
 
 
+def _node_name_problem(text):
+    if NODE_NAME_RE.match(text):
+        return None
+    return 'a Kubernetes Node name (lowercase letters, digits, - and ., at most 253 characters)'
+
+
+def _label_problems(labels):
+    """What is wrong with a dict of Kubernetes labels, one phrase per bad entry."""
+    problems = []
+    for raw_key, value in labels.items():
+        key = str(raw_key)
+        prefix, _, name = key.rpartition('/')
+        if not LABEL_NAME_RE.match(name) or (prefix and not NODE_NAME_RE.match(prefix)):
+            problems.append(f'key {key!r} is not a label key ([DNS prefix/]name, name at most 63 characters)')
+        if not isinstance(value, str):
+            problems.append(f'{key} must be a string (got {type_name(value)} {show(value)}; quote it in YAML)')
+        elif not LABEL_VALUE_RE.match(value):
+            problems.append(f'{key}={value!r} is not a label value (at most 63 of A-Z a-z 0-9 - _ ., '
+                            'alphanumeric at both ends)')
+    return problems
+
+
 FORMAT_PROBLEMS = {
     'ip': lambda text: None if _is_ip(text) else 'an IP address',
     'cidr': _cidr_problem,
     'abspath': lambda text: None if posixpath.isabs(text) else 'an absolute path',
     'hostname_or_ip': lambda text: None if _is_ip(text) or _is_hostname(text) else 'an IP address or a DNS name',
+    'k8s_node_name': _node_name_problem,
 }
 
 
+def stray_whitespace(value):
+    """True for a one-line string with spaces, tabs or newlines around it (a YAML slip, never meant)."""
+    return isinstance(value, str) and value != value.strip() and '\n' not in value.strip()
+
+
 def check_format(name, value, fmt):
-    """Return an error message if a string is not in the named format, else None."""
+    """Return an error message if a value is not in the named format, else None."""
+    if fmt == 'secret':
+        # Never shown: the value is a credential.
+        if str(value).strip().lower() in PLACEHOLDER_SECRETS:
+            return f'{name} is a placeholder, not a secret: set a real one (keep it in Ansible Vault)'
+        return None
+    if fmt == 'k8s_labels':
+        if not isinstance(value, Mapping):
+            return f'{name} must be a dict of Kubernetes labels (got {type_name(value)})'
+        problems = _label_problems(value)
+        return f"{name}: {'; '.join(problems)}" if problems else None
     problem = FORMAT_PROBLEMS[fmt](str(value))
     return f'{name} must be {problem} (got {show(value)})' if problem else None
 
@@ -141,6 +190,9 @@ def check_value(name, value, rule):
         bad = [item for item in value if not has_type(item, rule['elements'])]
         if bad:
             return [f"{name} items must each be {TYPE_WORDS[rule['elements']]} (got {show(bad[0])})"]
+    if stray_whitespace(value):
+        shown = '' if rule.get('format') == 'secret' else f' (got {show(value)})'
+        return [f'{name} has whitespace around it{shown}']
     messages = []
     if 'choices' in rule and value not in rule['choices']:
         messages.append(f"{name} must be one of {', '.join(show(c) for c in rule['choices'])} (got {show(value)})")
@@ -176,6 +228,8 @@ def check_rules(rules):
             if rule.get(key) not in (None, *known):
                 errors.append(f"schema: variables.{name}.{key} must be one of {', '.join(known)} "
                               f"(got {show(rule[key])})")
+        if not isinstance(rule.get('distinct_from', []), list):
+            errors.append(f'schema: variables.{name}.distinct_from must be a list of variable names')
         if 'pattern' in rule:
             try:
                 re.compile(rule['pattern'])
@@ -260,6 +314,27 @@ def check_vars(groups, hostvars, rules):
     return found
 
 
+def check_distinct(groups, hostvars, rules):
+    """distinct_from: a value no host may have in the named variables (a VIP is nobody's address)."""
+    found = []
+    for name, rule in rules.items():
+        if not isinstance(rule, Mapping):
+            continue
+        scope = rule.get('hosts', 'all')
+        for other in rule.get('distinct_from') or ():
+            owners = {}
+            for owner in _all_hosts(groups):
+                theirs = _get(hostvars, owner, other)
+                if theirs is not UNDEFINED and not isinstance(theirs, tuple) and theirs is not None:
+                    owners.setdefault(str(theirs), []).append(owner)
+            for host in _scope_hosts(groups, scope):
+                value = _get(hostvars, host, name)
+                if value is UNDEFINED or isinstance(value, tuple) or str(value) not in owners:
+                    continue
+                found.append((host, f'{name} {show(value)} is the {other} of {_names(owners[str(value)])}', scope))
+    return found
+
+
 def check_disjoint(groups, hostvars, disjoint_cidrs):
     found = []
     for names in disjoint_cidrs:
@@ -307,6 +382,14 @@ def _enabled(hostvars, host, switch):
     return value is not UNDEFINED and not isinstance(value, tuple) and str(value).lower() in ('true', 'yes', '1', 'on')
 
 
+def _whitespace(params, options, known):
+    """Whitespace around one-line strings given to a role; a secret's value is never shown."""
+    for name, value in params.items():
+        if stray_whitespace(value) and name not in known:
+            shown = '' if options[name].get('no_log') else f' (got {show(value)})'
+            yield f'{name} has whitespace around it{shown}'
+
+
 def check_role_specs(groups, hostvars, role_specs, known=()):
     """role_specs: {role: RoleSpec} -> per-host argument errors.
 
@@ -331,6 +414,7 @@ def check_role_specs(groups, hostvars, role_specs, known=()):
                     params[name] = value
             for message in validator.validate(params).error_messages:
                 found.append((host, f'role {role}: {message}', scope))
+            found.extend((host, message, scope) for message in _whitespace(params, from_inventory, known))
             for name in _var_names(hostvars, host):
                 if name in set_by_playbook:
                     found.append((host, f'{name} is set by the playbook that runs role {role}; '
@@ -341,6 +425,40 @@ def check_role_specs(groups, hostvars, role_specs, known=()):
                     close = difflib.get_close_matches(name, list(from_inventory), n=1)
                     hint = f' (did you mean {close[0]}?)' if close else ''
                     found.append((host, f'{name} is not a variable of role {role}{hint}', scope))
+    return found
+
+
+CONNECTION_VARS = ('ansible_host', 'ansible_port', 'ansible_user', 'ansible_connection')
+
+
+def host_definitions(data, group='all'):
+    """(host, group, its vars there) for every host entry of a YAML inventory's group tree."""
+    if not isinstance(data, Mapping):
+        return
+    for host, host_vars in (data.get('hosts') or {}).items():
+        yield str(host), group, host_vars if isinstance(host_vars, Mapping) else {}
+    for child, child_data in (data.get('children') or {}).items():
+        yield from host_definitions(child_data, str(child))
+
+
+def check_definitions(inventories):
+    """A host listed in several groups with different connection variables: Ansible keeps one
+    silently (the last it reads), so the other address is never used."""
+    seen = {}
+    for data in inventories:
+        for group, tree in (data or {}).items() if isinstance(data, Mapping) else ():
+            for host, where, host_vars in host_definitions(tree, str(group)):
+                seen.setdefault(host, []).append((where, host_vars))
+    found = []
+    for host, definitions in seen.items():
+        for name in CONNECTION_VARS:
+            values = {}
+            for where, host_vars in definitions:
+                if name in host_vars:
+                    values.setdefault(show(host_vars[name]), []).append(where)
+            if len(values) > 1:
+                detail = '; '.join(f"{value} in {', '.join(groups)}" for value, groups in values.items())
+                found.append((host, f'is defined more than once with different {name} ({detail})', None))
     return found
 
 
@@ -371,19 +489,21 @@ def fold(found, groups):
 
 
 def validate_inventory(groups, hostvars, *, required_groups=(), group_sizes=None, exclusive_groups=(), member_of=None,
-                       unique_vars=(), rules=None, disjoint_cidrs=(), role_specs=None):
+                       unique_vars=(), rules=None, disjoint_cidrs=(), role_specs=None, inventories=()):
     """Every problem found, one line each; an empty list means the inventory is valid.
 
     ``hostvars`` maps host -> mapping of that host's (templated on access) variables.
-    ``role_specs`` maps role -> RoleSpec.
+    ``role_specs`` maps role -> RoleSpec; ``inventories`` are the parsed YAML inventory files.
     """
     rules = rules or {}
     schema_errors = check_rules(rules)
     found = []
+    found += check_definitions(inventories)
     found += check_groups(groups, required_groups, group_sizes or {})
     found += check_membership(groups, exclusive_groups, member_of or {})
     found += check_unique(groups, hostvars, unique_vars)
     found += check_vars(groups, hostvars, rules)
+    found += check_distinct(groups, hostvars, rules)
     found += check_disjoint(groups, hostvars, disjoint_cidrs)
     found += check_role_specs(groups, hostvars, role_specs or {}, known=set(rules))
     return schema_errors + fold(found, groups)
@@ -449,6 +569,17 @@ def find_role_options(role, roles_paths, loader):
             main = specs.get('main') or {}
             return dict(main.get('options') or {})
     return f"no meta/argument_specs.yml with a 'main' entry point found in {', '.join(roles_paths)}"
+
+
+def yaml_inventory_files(sources):
+    """The YAML inventory files among the inventory sources (a directory's top-level files)."""
+    files = []
+    for source in map(str, sources):
+        if os.path.isdir(source):
+            files.extend(os.path.join(source, name) for name in sorted(os.listdir(source)))
+        else:
+            files.append(source)
+    return [path for path in files if os.path.isfile(path) and path.endswith(('.yml', '.yaml'))]
 
 
 def role_spec(entry, options):
@@ -523,6 +654,8 @@ class ActionModule(ActionBase):
             rules=args['variables'],
             disjoint_cidrs=args['disjoint_cidrs'],
             role_specs=role_specs,
+            inventories=[self._loader.load_from_file(path) for path in
+                         yaml_inventory_files(task_vars.get('ansible_inventory_sources') or [])],
         )
         result.update(changed=False, errors=errors, checked_hosts=len(hosts))
         if errors:

@@ -19,6 +19,8 @@ description:
     count, mutually exclusive groups, groups that must lie inside another group), unique
     values (such as C(ansible_host)), typed per-host values, CIDR overlaps, and each host's
     role variables against the C(meta/argument_specs.yml) of the roles the host will run.
+  - Reads the YAML inventory files among the inventory sources and refuses a host defined in
+    several groups with different connection variables (Ansible would keep one silently).
   - Collects every error and fails once with one line per error, each naming the host (or
     group) and the variable. The same error on every host of a rule's group is folded into
     one C(group NAME:) line.
@@ -59,8 +61,15 @@ options:
       - C(type) is one of C(str), C(int), C(float), C(bool), C(list), C(dict); C(elements)
         types list items.
       - C(choices), C(min), C(max), C(pattern) (a Python regular expression, searched),
-        C(format) (C(ip), C(cidr), C(abspath), C(hostname_or_ip)) and C(version_min) (a
-        dotted version the value must be at least) constrain the value.
+        C(format) and C(version_min) (a dotted version the value must be at least) constrain
+        the value.
+      - C(format) is C(ip), C(cidr), C(abspath), C(hostname_or_ip), C(k8s_node_name) (a
+        DNS-1123 subdomain, as kubeadm registers the Node), C(k8s_labels) (a dict of
+        Kubernetes label keys and string values) or C(secret) (refuses placeholders such as
+        C(change-me); the value is never shown in a message).
+      - C(distinct_from) lists variables no host may have the value in, for example a VIP that
+        must not be any node's C(ansible_host).
+      - A one-line string with whitespace around it is refused, here and in role variables.
       - C(same_on_all_hosts) requires one value across the group, for cluster-wide settings.
       - An unknown rule key is reported as an error, so a typo cannot disable a check.
     type: dict
