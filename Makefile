@@ -7,7 +7,7 @@ export ANSIBLE_FORCE_COLOR ?= 0
 COLLECTION := collections/ansible_collections/ai_platform/l1
 SCENARIOS := $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
-.PHONY: bootstrap image lab lab-supplies lab-artifacts lab-up lab-down lab-status test lint sanity unit molecule integration
+.PHONY: bootstrap image lab lab-supplies lab-artifacts lab-up lab-down lab-status test lint sanity unit molecule integration conformance
 
 bootstrap:
 	bash lab/bootstrap.sh
@@ -38,6 +38,11 @@ lab-artifacts: bootstrap
 
 lab-up: bootstrap
 	python lab/labctl.py up
+
+# Upstream [Conformance] tests against a running lab (make lab first); too long for make test.
+conformance: bootstrap
+	python lab/conformance/conformance.py build
+	python lab/conformance/conformance.py run
 
 lab-down:
 	python lab/labctl.py down

@@ -138,6 +138,8 @@ class GoRecipe:
     staging_version: str = ""
     # Files written into the build module (name -> content), e.g. a main package.
     files: dict[str, str] = field(default_factory=dict)
+    # Test binary name -> package, compiled with `go test -c` (the e2e suite).
+    test_binaries: dict[str, str] = field(default_factory=dict)
 
     @property
     def root(self) -> Path:
@@ -183,7 +185,7 @@ def build_go(recipe: GoRecipe, gover: str, jobs: int) -> dict:
     key = recipe.key(gover)
     root = recipe.root
     bindir, stamp = root / "bin", root / "recipe.sha256"
-    outputs = [bindir / name for name in recipe.binaries]
+    outputs = [bindir / name for name in (*recipe.binaries, *recipe.test_binaries)]
     if stamp.exists() and stamp.read_text().strip() == key and all(p.exists() for p in outputs):
         return {"component": recipe.component, "cached": True}
     env = go_env()
@@ -206,6 +208,10 @@ def build_go(recipe: GoRecipe, gover: str, jobs: int) -> dict:
         pkgs.append(f"{pkg}@{recipe.require[owner]}")
     if pkgs:
         run(["nice", "-n", "15", "go", "get", *pkgs], cwd=src, env=env, logfile=logfile)
+    if recipe.test_binaries:
+        # -t: the go.sum lines of the test files' imports too.
+        tests = [f"{pkg}@{recipe.require[recipe.main_module]}" for pkg in recipe.test_binaries.values()]
+        run(["nice", "-n", "15", "go", "get", "-t", *tests], cwd=src, env=env, logfile=logfile)
     if recipe.files:
         # Our own sources: the requires are pinned in the recipe; tidy writes go.sum for them.
         run(["nice", "-n", "15", "go", "mod", "tidy"], cwd=src, env=env, logfile=logfile)
@@ -219,6 +225,13 @@ def build_go(recipe: GoRecipe, gover: str, jobs: int) -> dict:
         t1 = time.monotonic()
         log(f"{recipe.component} {recipe.version}: go build {name}")
         run(["nice", "-n", "15", "go", "build", "-p", str(jobs), "-o", str(staging / name),
+             "-ldflags", ldflags, pkg], cwd=src, env=env, logfile=logfile)
+        timings[name] = round(time.monotonic() - t1, 1)
+        log(f"{recipe.component}: {name} built in {timings[name]}s")
+    for name, pkg in recipe.test_binaries.items():
+        t1 = time.monotonic()
+        log(f"{recipe.component} {recipe.version}: go test -c {name}")
+        run(["nice", "-n", "15", "go", "test", "-c", "-p", str(jobs), "-o", str(staging / name),
              "-ldflags", ldflags, pkg], cwd=src, env=env, logfile=logfile)
         timings[name] = round(time.monotonic() - t1, 1)
         log(f"{recipe.component}: {name} built in {timings[name]}s")
@@ -248,16 +261,21 @@ def versions(manifest: manifestlib.Manifest) -> dict[str, str]:
             "cni": get("cni-plugins").version}
 
 
-def go_recipes(v: dict[str, str]) -> list[GoRecipe]:
-    k8s = v["kubernetes"]
+def k8s_version_ldflags(k8s: str) -> list[str]:
+    """hack/lib/version.sh sets both packages; kubeadm checks its own version against the
+    cluster version it deploys, so these must be the real release values."""
     major, minor = k8s.lstrip("v").split(".")[:2]
     kver = []
-    # hack/lib/version.sh sets both packages; kubeadm checks its own version against the
-    # cluster version it deploys, so these must be the real release values.
     for pkg in ("k8s.io/client-go/pkg/version", "k8s.io/component-base/version"):
         kver += [f"-X {pkg}.gitVersion={k8s}", f"-X {pkg}.gitMajor={major}", f"-X {pkg}.gitMinor={minor}",
                  f"-X {pkg}.gitTreeState=clean", f"-X {pkg}.buildDate={{time}}",
                  f"-X {pkg}.gitCommit={{commit}}"]
+    return kver
+
+
+def go_recipes(v: dict[str, str]) -> list[GoRecipe]:
+    k8s = v["kubernetes"]
+    kver = k8s_version_ldflags(k8s)
     k8s_cmds = ["kubeadm", "kubelet", "kubectl", "kube-apiserver", "kube-controller-manager",
                 "kube-scheduler", "kube-proxy"]
     etcd = v["etcd"]
@@ -410,22 +428,46 @@ def image_label(ref: str) -> str:
 KUBE_PROXY_BASE_PACKAGES = ["iptables", "conntrack", "ipset", "kmod"]
 
 
-def ensure_kube_proxy_base() -> str:
-    """Debian minbase with iptables for kube-proxy (upstream uses distroless-iptables)."""
-    script = (HERE / "iptables-wrapper").read_text()
-    key = digest({"suite": "bookworm", "packages": KUBE_PROXY_BASE_PACKAGES, "wrapper": script,
-                  "rev": RECIPE_REVISION})[:12]
-    ref = f"{IMAGE_PREFIX}/kube-proxy-base:{key}"
+def ensure_debian_base(name: str, packages: list[str], customize=None, extra: dict | None = None) -> str:
+    """A Debian bookworm minbase image with `packages`, cached by recipe; `customize(rootfs)` runs
+    before it is imported (`extra` goes into the key: whatever customize depends on)."""
+    key = digest({"suite": "bookworm", "packages": packages, **(extra or {}), "rev": RECIPE_REVISION})[:12]
+    ref = f"{IMAGE_PREFIX}/{name}:{key}"
     if podman("image", "exists", ref, check=False).returncode == 0:
         return ref
     t0 = time.monotonic()
-    log(f"kube-proxy base: debootstrap bookworm minbase + {', '.join(KUBE_PROXY_BASE_PACKAGES)}")
-    work = Path(tempfile.mkdtemp(prefix="ai-l1-kproxy.", dir="/var/tmp"))
+    log(f"{name}: debootstrap bookworm minbase + {', '.join(packages)}")
+    work = Path(tempfile.mkdtemp(prefix=f"ai-l1-{name}.", dir="/var/tmp"))
     rootfs = work / "rootfs"
     try:
         run(["nice", "-n", "15", "debootstrap", "--variant=minbase",
-             "--include=" + ",".join(KUBE_PROXY_BASE_PACKAGES), "bookworm", str(rootfs), DEBIAN_MIRROR],
+             "--include=" + ",".join(packages), "bookworm", str(rootfs), DEBIAN_MIRROR],
             logfile=work / "debootstrap.log")
+        if customize:
+            customize(rootfs)
+        for junk in ("var/cache/apt", "var/lib/apt/lists", "usr/share/doc", "usr/share/man",
+                     "usr/share/locale"):
+            shutil.rmtree(rootfs / junk, ignore_errors=True)
+            (rootfs / junk).mkdir(parents=True, exist_ok=True)
+        for log_file in (rootfs / "var" / "log").rglob("*"):
+            if log_file.is_file():
+                log_file.unlink()
+        tarball = work / "rootfs.tar"
+        run(["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(tarball), "."])
+        podman("import", "--change", 'CMD ["/bin/sh"]', str(tarball), ref)
+    finally:
+        for m in ("proc", "sys", "dev/pts", "dev"):
+            subprocess.run(["umount", "-l", str(rootfs / m)], capture_output=True, check=False)
+        shutil.rmtree(work, ignore_errors=True)
+    log(f"{name} {ref} in {time.monotonic() - t0:.0f}s")
+    return ref
+
+
+def ensure_kube_proxy_base() -> str:
+    """Debian minbase with iptables for kube-proxy (upstream uses distroless-iptables)."""
+    script = (HERE / "iptables-wrapper").read_text()
+
+    def wrap_iptables(rootfs: Path) -> None:
         wrapper = rootfs / "usr" / "sbin" / "iptables-wrapper"
         wrapper.write_text(script)
         wrapper.chmod(0o755)
@@ -435,19 +477,8 @@ def ensure_kube_proxy_base() -> str:
             link = rootfs / "usr" / "sbin" / name
             link.unlink(missing_ok=True)
             link.symlink_to("iptables-wrapper")
-        for junk in ("var/cache/apt", "var/lib/apt/lists", "usr/share/doc", "usr/share/man",
-                     "usr/share/locale", "var/log"):
-            shutil.rmtree(rootfs / junk, ignore_errors=True)
-            (rootfs / junk).mkdir(parents=True, exist_ok=True)
-        tarball = work / "rootfs.tar"
-        run(["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(tarball), "."])
-        podman("import", "--change", 'CMD ["/bin/sh"]', str(tarball), ref)
-    finally:
-        for m in ("proc", "sys", "dev/pts", "dev"):
-            subprocess.run(["umount", "-l", str(rootfs / m)], capture_output=True, check=False)
-        shutil.rmtree(work, ignore_errors=True)
-    log(f"kube-proxy base {ref} in {time.monotonic() - t0:.0f}s")
-    return ref
+
+    return ensure_debian_base("kube-proxy-base", KUBE_PROXY_BASE_PACKAGES, wrap_iptables, {"wrapper": script})
 
 
 @dataclass
@@ -459,6 +490,7 @@ class ImageRecipe:
     entrypoint: list[str]
     base: str = "scratch"
     user: str = ""
+    cmd: list[str] = field(default_factory=list)
 
     @property
     def ref(self) -> str:
@@ -490,6 +522,8 @@ def build_image(recipe: ImageRecipe) -> dict:
     if recipe.user:
         lines.append(f"USER {recipe.user}")
     lines.append(f"ENTRYPOINT {json.dumps(recipe.entrypoint)}")
+    if recipe.cmd:
+        lines.append(f"CMD {json.dumps(recipe.cmd)}")
     containerfile = "\n".join(lines) + "\n"
     key = digest({"containerfile": containerfile, "base": recipe.base,
                   "files": {d: sha256_file(p) for d, p in recipe.files.items()}, "rev": RECIPE_REVISION})
