@@ -74,13 +74,16 @@ class FakeExecutor:
     def alive(self, job):
         return job["id"] in self.alive_jobs
 
+    def run_processes(self, job):
+        return [20_000 + job["id"]] if self.alive(job) else []
+
     def ident(self, job):
         return self.idents.get(job["id"])
 
     def result(self, job):
         return self.results.get(job["id"])
 
-    def wait(self, job, on_ident, poll_s=0.01):
+    def wait(self, job, on_ident, poll_s=0.01, timeout_s=None):  # noqa: ARG002 (the real one's signature)
         import time  # noqa: PLC0415
 
         if self.ident(job):

@@ -186,7 +186,8 @@ def test_executor_reads_outcome_from_artifacts_and_checks_pid(tmp_path):
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         assert ex.alive({"id": 7, "pid": proc.pid}) is True
-        assert ex.alive({"id": 7, "pid": other.pid}) is False
+        # a recorded pid that is some other process (recycled) does not make a job alive
+        assert ex.alive({"id": 8, "pid": other.pid}) is False
     finally:
         for p in (proc, other):
             p.kill()
@@ -278,3 +279,75 @@ def test_executor_never_takes_an_earlier_attempts_outcome(tmp_path, monkeypatch)
     monkeypatch.setattr("subprocess.Popen", lambda *a, **k: NoProcess())
     ex.start({"id": 3, "attempts": 2}, {})  # attempt 2 dies before its first event
     assert ex.result({"id": 3, "pid": None}) is None
+
+
+def orphan_run(ex: SubprocessExecutor, job_id: int, seconds: float) -> subprocess.Popen:
+    """What a SIGKILLed child leaves: ansible-playbook in its own session, naming the job's
+    extravars file (-e @JOB_DIR/runs/<ident>/env/extravars), reparented away from us."""
+    extravars = ex.job_dir(job_id).resolve() / "runs" / "r-1" / "env" / "extravars"
+    return subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds})", "-e", f"@{extravars}"],
+                            start_new_session=True)
+
+
+def test_an_orphaned_playbook_counts_as_the_run_without_a_pid(tmp_path):
+    ex = SubprocessExecutor(tmp_path / "jobs")
+    proc = orphan_run(ex, 3, 30)
+    try:
+        # no pid recorded (the receiver died before writing it), the child itself gone
+        assert ex.alive({"id": 3, "pid": None}) is True
+        assert ex.run_processes({"id": 3, "pid": None}) == [proc.pid]
+        assert ex.alive({"id": 30, "pid": None}) is False  # job-000030 is not job-000003
+    finally:
+        proc.kill()
+        proc.wait()
+    assert ex.alive({"id": 3, "pid": None}) is False
+
+
+def test_wait_ends_an_orphan_that_outlives_the_run_timeout(tmp_path):
+    ex = SubprocessExecutor(tmp_path / "jobs")
+    proc = orphan_run(ex, 4, 60)
+    t0 = time.monotonic()
+    assert ex.wait({"id": 4, "pid": None}, lambda ident: None, poll_s=0.05, timeout_s=0.5) is None
+    assert proc.wait(timeout=15) == -15  # SIGTERM
+    assert time.monotonic() - t0 < 15
+
+
+def test_restart_never_starts_a_run_while_an_orphaned_playbook_lives(tmp_path):
+    nodes = FakeNodes()
+    a = make(tmp_path, nodes=nodes)
+    [d] = a.handle_payload(payload(alert()))
+    job = a.store.claim_next(a.owner)  # claimed; died before the pid was recorded
+    a.store.close()
+    conf = make_config(tmp_path)
+    b = Service(conf, Store(conf.db_path), nodes, SubprocessExecutor(conf.jobs_dir))
+    b.owner = "receiver-b"
+    proc = orphan_run(b.executor, job["id"], 2)
+    b.executor.start = lambda *args: pytest.fail("a second run was started while the first lives")
+    nodes.isolate("gpu1")  # what the orphan's isolate playbook achieves before it ends
+    b.start()
+    try:
+        time.sleep(0.5)
+        assert b.store.job(d["job_id"])["state"] == "running"
+        proc.wait(timeout=10)
+        done = wait_state(b.store, d["job_id"], ("done", "failed"))
+    finally:
+        b.stop()
+    assert done["state"] == "done" and "isolation completed" in done["message"]
+    [adopted] = [e for e in b.store.audit_entries("job.recovered") if e["decision"] == "adopted"]
+    assert str(proc.pid) in adopted["reason"]
+
+
+def test_an_adopted_run_takes_a_worker_slot(tmp_path):
+    b, job_id = dead_receiver_left_running(tmp_path, run={"workers": 1})
+    b.executor.alive_jobs.add(job_id)
+    b.start()
+    try:
+        [d] = b.handle_payload(payload(alert(host="gpu2")))
+        time.sleep(0.5)
+        assert b.executor.started == [], "a new run started beside the adopted one with run.workers 1"
+        b.executor.results[job_id] = {"ident": "r", "status": "successful", "rc": 0, "source": "runner"}
+        b.executor.alive_jobs.discard(job_id)
+        wait_state(b.store, d["job_id"], ("done",))
+    finally:
+        b.stop()
+    assert [jid for jid, _ in b.executor.started] == [d["job_id"]]

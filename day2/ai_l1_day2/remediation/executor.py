@@ -6,15 +6,20 @@ The child calls ai_l1_day2.runner.run_operation with the job's own runs director
 the ansible-runner ident to <job dir>/ident as soon as the first event names it, and the
 outcome to <job dir>/result.json (written atomically) when the run ends.
 
-A restarted receiver asks `probe()` about each job it finds running: finished (result.json,
-or the run's artifacts status when the child died after ansible-runner finished), still
-alive (the child survived; the receiver waits for it), or dead without an outcome.
+A restarted receiver asks about each job it finds running: finished (result.json, or the
+run's artifacts status when the child died after ansible-runner finished), still alive, or
+dead without an outcome. "Alive" means any process whose command line names the job's
+directory: the child itself, and ansible-playbook with its forks, which ansible-runner starts
+in a session of their own (pexpect) and which outlive a child killed with SIGKILL. The pid the
+store records is not needed for this, so a receiver that died between starting a run and
+recording its pid does not start a second one either.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -53,18 +58,40 @@ class SubprocessExecutor:
         self._children[proc.pid] = proc
         return proc.pid
 
+    def run_processes(self, job: dict) -> list[int]:
+        """Pids of every process of this job's run, wherever it was reparented."""
+        for child in list(self._children.values()):
+            child.poll()  # reap our own exited children: a zombie has no command line anyway
+        jdir = str(self.job_dir(job["id"]).resolve()).encode()
+        pids = []
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                args = Path(entry.path, "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            # the child: JOB_DIR SPEC; ansible-playbook: -e @JOB_DIR/runs/<ident>/env/extravars
+            if any(arg == jdir or jdir + b"/" in arg for arg in args):
+                pids.append(int(entry.name))
+        return pids
+
     def alive(self, job: dict) -> bool:
-        pid = job.get("pid")
-        if not pid:
-            return False
-        child = self._children.get(pid)
-        if child is not None:
-            return child.poll() is None
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            return False
-        return str(self.job_dir(job["id"])).encode() in cmdline  # not a recycled pid
+        return bool(self.run_processes(job))
+
+    def terminate(self, job: dict, grace_s: float = 10.0) -> None:
+        """End every process of the run: SIGTERM, then SIGKILL what is left after grace_s."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in self.run_processes(job):
+                try:
+                    os.kill(pid, sig)
+                except OSError:
+                    pass
+            end = time.monotonic() + grace_s
+            while self.alive(job) and time.monotonic() < end:
+                time.sleep(0.2)
+            if not self.alive(job):
+                return
 
     def ident(self, job: dict) -> str | None:
         try:
@@ -92,9 +119,12 @@ class SubprocessExecutor:
                     "artifacts_dir": str(status.parent), "source": "artifacts"}
         return None
 
-    def wait(self, job: dict, on_ident, poll_s: float = 0.1) -> dict | None:
-        """Block until the job's process has exited; report the ident once it appears."""
+    def wait(self, job: dict, on_ident, poll_s: float = 0.1, timeout_s: float | None = None) -> dict | None:
+        """Block until every process of the job's run has exited; report the ident once it
+        appears. A run still going after timeout_s (an orphan nobody enforces the run timeout
+        on any more) is terminated."""
         seen = None
+        end = time.monotonic() + timeout_s if timeout_s else None
         while True:
             running = self.alive(job)
             if seen is None:
@@ -104,6 +134,9 @@ class SubprocessExecutor:
             if not running:
                 self._children.pop(job.get("pid"), None)
                 return self.result(job)
+            if end is not None and time.monotonic() > end:
+                self.terminate(job)
+                end = None
             time.sleep(poll_s)
 
     def runs(self, job_id: int) -> list[str]:

@@ -3,7 +3,9 @@ queued jobs, and recovery of jobs a dead receiver left running.
 
 Exactly-once on restart: a job found `running` whose run process
   - finished (result.json or the ansible-runner artifacts say so) is marked from that outcome;
-  - is still alive (runs are detached from the receiver) is waited for, not started again;
+  - is still alive (runs are detached from the receiver; every process whose command line
+    names the job's directory counts, ansible-playbook included) is waited for, not started
+    again, in one of the run.workers slots like any other run;
   - died without an outcome is marked done when the Node shows the isolation completed
     (cordoned and carrying the isolation taint), else queued again (up to run.max_attempts).
 One receiver per state directory: an exclusive flock on <state_dir>/receiver.lock.
@@ -53,6 +55,8 @@ class Service:
         self._threads: list[threading.Thread] = []
         self._decide = threading.Lock()
         self._lockfile = None
+        # Runs a dead receiver left alive: the workers wait for them before taking new jobs.
+        self._adopted: list[dict] = []
 
     # -- lifecycle -----------------------------------------------------------------------
     def acquire_state_dir(self) -> None:
@@ -126,6 +130,11 @@ class Service:
     # -- workers -------------------------------------------------------------------------
     def _worker(self) -> None:
         while not self._stop.is_set():
+            with self._wake:
+                adopted = self._adopted.pop(0) if self._adopted else None
+            if adopted is not None:
+                self._adopt(adopted)
+                continue
             job = self.store.claim_next(self.owner)
             if job is None:
                 with self._wake:
@@ -190,7 +199,12 @@ class Service:
             self.store.update_job(job["id"], ident=ident)
             log(LOG, logging.INFO, "job ident", job_id=job["id"], node=job["node"], ident=ident)
 
-        self._settle(job, self.executor.wait(job, on_ident))
+        self._settle(job, self.executor.wait(job, on_ident, timeout_s=self._run_timeout()))
+
+    def _run_timeout(self) -> float | None:
+        """How long a run may go on before the receiver ends it: the run timeout plus a minute,
+        so ansible-runner's own timeout acts first while the child lives."""
+        return self.cfg.timeout_s + 60 if self.cfg.timeout_s else None
 
     def _settle(self, job: dict, result: dict | None) -> None:
         """Record a run's outcome; a run that left none is judged from the Node."""
@@ -239,11 +253,11 @@ class Service:
                 self._settle(job, result)
             elif self.executor.alive(job):
                 self.store.update_job(job["id"], owner=self.owner)
+                pids = self.executor.run_processes(job)
                 self.store.audit("job.recovered", decision="adopted", node=job["node"], job_id=job["id"],
-                                 reason=f"run process {job['pid']} still alive: waiting for it")
-                thread = threading.Thread(target=self._adopt, args=(job,), name=f"adopt-{job['id']}", daemon=True)
-                thread.start()
-                self._threads.append(thread)
+                                 reason=f"run processes {pids or job['pid']} still alive: waiting for them")
+                with self._wake:
+                    self._adopted.append(job)
             else:
                 self.store.audit("job.recovered", decision="dead", node=job["node"], job_id=job["id"],
                                  reason="run process gone without an outcome")
