@@ -185,7 +185,7 @@ class Receiver:
         waited = []
         end = time.monotonic() + timeout
         for job_dir in sorted((self.state_dir / "jobs").glob("job-*")):
-            for pid in _run_pids(job_dir):
+            for pid in run_pids(job_dir):
                 waited.append(pid)
                 while Path(f"/proc/{pid}").exists() and time.monotonic() < end:
                     time.sleep(0.5)
@@ -197,8 +197,10 @@ class Receiver:
         return sorted(p.name for p in root.glob("*/artifacts/*") if p.is_dir())
 
 
-def _run_pids(job_dir: Path) -> list[int]:
-    """Live `ai_l1_day2.remediation.execute` processes working in job_dir."""
+def run_pids(job_dir: Path) -> list[int]:
+    """Live processes of a run in job_dir: the receiver's `execute` child, and ansible-playbook
+    with its forks (-e @<job_dir>/runs/<ident>/env/extravars), which can outlive the child."""
+    needle = str(job_dir.resolve()).encode()
     pids = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -207,7 +209,7 @@ def _run_pids(job_dir: Path) -> list[int]:
             cmdline = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"ai_l1_day2.remediation.execute" in cmdline and str(job_dir).encode() in cmdline:
+        if any(arg == needle or needle + b"/" in arg for arg in cmdline):
             pids.append(int(proc.name))
     return pids
 

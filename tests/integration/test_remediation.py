@@ -15,12 +15,14 @@ Latency of each isolation (webhook -> Node cordoned) is printed (pytest -s).
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from pathlib import Path
 
 import pytest
 from conftest import CONTROL_PLANES, LAB_INVENTORY, WORKERS
-from remediation_lab import Api, Receiver, alert, fetch_kubeconfig
+from remediation_lab import Api, Receiver, alert, fetch_kubeconfig, run_pids
 
 ISOLATED_TAINT = "ai-platform.io/fault"
 CEILING = 0.67  # 3 workers -> floor(2.01) = 2 may be unavailable: the third is stopped
@@ -134,6 +136,43 @@ def test_pool_ceiling_stops_the_third_isolation(lab, receiver):
     assert receiver.get("/jobs?node=npu1")["jobs"] == []
     unavailable = [n for n in WORKERS if api.state(n)["unschedulable"]]
     assert len(unavailable) <= int(CEILING * len(WORKERS)), unavailable
+
+
+def test_receiver_and_its_run_child_killed_no_second_run_beside_the_orphan(lab, receiver):
+    # The OOM killer takes the receiver and the run's child; ansible-playbook, in the session
+    # pexpect gave it, goes on. The restarted receiver must wait for it, not run beside it.
+    api = lab["api"]
+    receiver.stop()
+    receiver.settle()
+    print("restored:", api.restore(lab["snapshot"]))
+    rcv = Receiver(lab["tmp"] / "oom", config(lab, "oom", workers=1))
+    lab["receivers"].append(rcv)
+    rcv.start()
+    try:
+        [first] = rcv.post_alerts(alert("GPUXidError", "gpu1"))
+        running = rcv.wait_job(first["job_id"], states=("running",), ident=True, timeout=60)
+        job_dir = rcv.state_dir / "jobs" / f"job-{first['job_id']:06d}"
+        rcv.kill9()
+        os.kill(running["pid"], signal.SIGKILL)
+        time.sleep(0.5)
+        orphans = run_pids(job_dir)
+        print(f"\nkilled the receiver and run child {running['pid']}; left running: {orphans}")
+        rcv.start()
+        runs_while_orphaned = set()
+        while any(Path(f"/proc/{pid}").exists() for pid in orphans):
+            runs_while_orphaned.update(rcv.runs_on_disk(first["job_id"]))
+            time.sleep(0.5)
+        job = rcv.wait_job(first["job_id"])
+        recovered = [e for e in rcv.get("/audit?event=job.recovered")["audit"] if e["job_id"] == first["job_id"]]
+        print("recovery:", [(e["decision"], e["reason"]) for e in recovered], "job:", job["state"], job["message"])
+        assert len(runs_while_orphaned) <= 1, f"a second run started beside the orphan: {runs_while_orphaned}"
+        if orphans:
+            assert [e["decision"] for e in recovered] == ["adopted"], recovered
+        assert job["state"] == "done" and isolated(api, "gpu1"), job
+    finally:
+        rcv.stop()
+        rcv.settle()
+        print("restored:", api.restore(lab["snapshot"]))
 
 
 def test_receiver_killed_mid_run_restarted_work_runs_once(lab, receiver):

@@ -212,6 +212,7 @@ def test_nvml_and_nvidia_smi_came_with_the_driver_packages(k8s_cluster, node):  
 
 def test_npu_smi_came_with_the_driver_installer(k8s_cluster):  # noqa: ARG001
     # The ascend_910b profile installs no driver: npu-smi is the driver installer's, at the role's pin.
-    proc = on("npu1", "readlink -f \"$(command -v npu-smi)\"; sed -n 's/^Version=//p' /usr/local/Ascend/driver/version.info")
+    proc = on("npu1", "readlink -f \"$(command -v npu-smi)\"; "
+                      "sed -n 's/^Version=//p' /usr/local/Ascend/driver/version.info")
     assert proc.returncode == 0, tail(proc)
     assert proc.stdout.split() == ["/usr/local/Ascend/driver/tools/npu-smi", "23.0.rc1"]
