@@ -303,6 +303,9 @@ def run_operation(
         verbosity=verbosity or None,
     )
     runner.config.env = run_environment(runner.config.env, dict(os.environ))
+    # ansible-playbook must not outlive this process (guard.py says how and why).
+    runner.config.command = [sys.executable, str(Path(__file__).with_name("guard.py")),
+                             str(runner.config.artifact_dir), "--", *runner.config.command]
     runner.run()
     finished = time.time()
     status = runner.status if runner.status in STATUSES else "failed"

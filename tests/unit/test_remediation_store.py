@@ -351,3 +351,13 @@ def test_an_adopted_run_takes_a_worker_slot(tmp_path):
     finally:
         b.stop()
     assert [jid for jid, _ in b.executor.started] == [d["job_id"]]
+
+
+def test_a_run_the_guard_canceled_has_no_outcome(tmp_path):
+    # guard.py writes `canceled` when the run child died under it: the Node decides, not this
+    ex = SubprocessExecutor(tmp_path / "jobs")
+    art = ex.job_dir(5) / "runs" / "id-b" / "artifacts" / "id-b"
+    art.mkdir(parents=True)
+    (art / "status").write_text("canceled\n")
+    (art / "rc").write_text("-15\n")
+    assert ex.result({"id": 5, "pid": None}) is None

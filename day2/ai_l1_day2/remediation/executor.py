@@ -113,6 +113,9 @@ class SubprocessExecutor:
                 continue
             if status.parent.name in earlier:
                 continue
+            if status.read_text().strip() == "canceled":
+                # ended by guard.py when its run child died: no outcome; the Node says how far it got
+                continue
             rc_file = status.parent / "rc"
             rc = int(rc_file.read_text().strip()) if rc_file.is_file() and rc_file.read_text().strip() else None
             return {"ident": status.parent.name, "status": status.read_text().strip(), "rc": rc,

@@ -1,0 +1,70 @@
+"""ansible-playbook cannot outlive the process running ansible-runner (ai_l1_day2/guard.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+GUARD = Path(__file__).resolve().parents[2] / "day2" / "ai_l1_day2" / "guard.py"
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def wait_gone(pid: int, timeout: float = 15) -> bool:
+    end = time.monotonic() + timeout
+    while alive(pid) and time.monotonic() < end:
+        time.sleep(0.1)
+    return not alive(pid)
+
+
+def test_the_playbook_dies_with_a_sigkilled_runner_and_the_run_gets_a_status(tmp_path):
+    artifacts = tmp_path / "artifacts" / "run-1"
+    pidfile = tmp_path / "playbook.pid"
+    # The "runner": starts the guard in a session of its own (as pexpect does) and hangs.
+    runner = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import subprocess, sys, time
+        subprocess.Popen([sys.executable, {str(GUARD)!r}, {str(artifacts)!r}, "--", sys.executable, "-c",
+                          "import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(60)"],
+                         start_new_session=True)
+        time.sleep(60)
+    """)])
+    end = time.monotonic() + 15
+    while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < end:
+        time.sleep(0.1)
+    playbook = int(pidfile.read_text())
+    assert alive(playbook)
+    os.kill(runner.pid, signal.SIGKILL)
+    runner.wait()
+    assert wait_gone(playbook), "the playbook outlived the runner"
+    end = time.monotonic() + 10
+    while not (artifacts / "status").exists() and time.monotonic() < end:
+        time.sleep(0.1)
+    assert (artifacts / "status").read_text() == "canceled\n"
+    assert (artifacts / "rc").read_text() == "-15\n"
+
+
+def test_signals_from_the_runner_reach_the_playbook_and_its_rc_comes_back(tmp_path):
+    guard = subprocess.Popen([sys.executable, str(GUARD), str(tmp_path / "a"), "--", sys.executable, "-c",
+                              "import signal, sys, time\n"
+                              "signal.signal(signal.SIGTERM, lambda *a: sys.exit(7))\n"
+                              "time.sleep(60)"])
+    time.sleep(1.0)
+    guard.send_signal(signal.SIGTERM)  # ansible-runner's cancel or timeout
+    assert guard.wait(timeout=15) == 7
+    assert not (tmp_path / "a" / "status").exists()  # the runner is alive: it records the outcome
+
+
+def test_usage():
+    proc = subprocess.run([sys.executable, str(GUARD), "x"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 2 and "usage" in proc.stderr
