@@ -189,3 +189,16 @@ def test_the_sample_placeholder_secret_is_refused():
     assert validation_result(report)['errors'] == [
         'group k8s_control_plane: k8s_control_plane_vrrp_password is a placeholder, not a secret: set a real one '
         '(keep it in Ansible Vault)']
+
+
+def test_a_day2_run_with_every_control_plane_down_ends_with_its_refusal():
+    inventory = ROOT / 'tests/inventories/unreachable_control_planes'
+    proc, report = checked(run_playbook('playbooks/day2/cordon.yml', inventory, '--limit', 'gpu1',
+                                        '-e', 'day2_reason=maintenance'))
+    assert proc.returncode == 2, proc.stderr
+    tasks = {t['task']['name']: t['hosts'] for t in report['plays'][0]['tasks']}
+    [refusal] = tasks['Refuse a run without a reachable control plane'].values()
+    assert refusal['failed'] is True
+    assert refusal['msg'].startswith('No control plane of cp1, cp2, cp3 answers with a readable '
+                                     '/etc/kubernetes/admin.conf')
+    assert [p['play']['name'] for p in report['plays']] == ['Validate the day-2 request']
