@@ -30,6 +30,11 @@ class FakeNodes:
         self.calls = 0
         self.cordons = []
         self.fail_cordon = False
+        self.down = False
+
+    def check(self):
+        if self.down:
+            raise RuntimeError("the Kubernetes API does not answer: connection refused")
 
     def nodes(self):
         self.calls += 1

@@ -14,6 +14,7 @@ import argparse
 import json
 import logging
 import signal
+import sqlite3
 import sys
 import threading
 
@@ -64,7 +65,7 @@ def serve(args) -> int:
         store = Store(cfg.db_path)
         service = Service(cfg, store, nodes, SubprocessExecutor(cfg.jobs_dir))
         service.acquire_state_dir()
-    except (OSError, RuntimeError) as exc:
+    except (OSError, RuntimeError, sqlite3.Error) as exc:
         logs.log(LOG, logging.ERROR, f"state directory unusable: {exc}", state_dir=str(cfg.state_dir))
         return 3
     server = make_server(service, cfg.host, cfg.port)

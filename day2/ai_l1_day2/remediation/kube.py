@@ -28,6 +28,14 @@ class KubeNodes:
             raise KubeError(f"cannot load Kubernetes credentials ({kubeconfig or 'in-cluster/~/.kube/config'}): "
                             f"{exc}") from exc
         self._api = client.CoreV1Api()
+        self._version = client.VersionApi()
+
+    def check(self) -> None:
+        """Raise KubeError unless the API server answers (a cheap read, whatever the fleet size)."""
+        try:
+            self._version.get_code(_request_timeout=5)
+        except Exception as exc:
+            raise KubeError(f"the Kubernetes API does not answer: {exc}") from exc
 
     def nodes(self) -> dict[str, NodeInfo]:
         try:
@@ -38,7 +46,6 @@ class KubeNodes:
 
     def node(self, name: str) -> NodeInfo | None:
         return self.nodes().get(name)
-
 
     def cordon(self, name: str, annotation: str, reason: str) -> None:
         """spec.unschedulable with the reason beside it, in one patch (as roles/node_drain does)."""

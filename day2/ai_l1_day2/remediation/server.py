@@ -3,7 +3,8 @@ answered 401 and written to the audit log (never with what the client sent as a 
 
     POST /webhook      Alertmanager webhook v4 -> 200 {"decisions": [...]}
                        400 not a v4 payload, 413 body too large, 503 store or API unavailable
-    GET  /healthz      200 {"status": "ok"}
+    GET  /healthz      200 {"status": "ok", "store": "ok", "kubernetes": "ok"}, or 503 naming
+                       what is unusable (the store deleted or unwritable, the API down)
     GET  /jobs[?state=&node=]   the job table;  GET /jobs/<id>   one job and its run idents
     GET  /audit[?event=&node=&since=<id>]       the audit log
 Alertmanager retries on 5xx only: a refused alert (lock, ceiling, rate) is answered 200
@@ -106,7 +107,10 @@ def make_server(service: Service, host: str, port: int) -> ThreadingHTTPServer:
             url = urlsplit(self.path)
             query = {k: v[-1] for k, v in parse_qs(url.query).items()}
             if url.path == "/healthz":
-                self._send(200, {"status": "ok", "owner": service.owner, "dry_run": service.cfg.dry_run})
+                checks = service.health()
+                ok = all(v == "ok" for v in checks.values())
+                self._send(200 if ok else 503, {"status": "ok" if ok else "unhealthy", **checks,
+                                                "owner": service.owner, "dry_run": service.cfg.dry_run})
             elif url.path == "/jobs":
                 self._send(200, {"jobs": service.store.jobs(state=query.get("state"), node=query.get("node"))})
             elif url.path.startswith("/jobs/") and ASCII_INT.fullmatch(url.path[6:]):

@@ -9,6 +9,12 @@ Exactly-once on restart: a job found `running` whose run process
   - died without an outcome is marked done when the Node shows the isolation completed
     (cordoned and carrying the isolation taint), else queued again (up to run.max_attempts).
 One receiver per state directory: an exclusive flock on <state_dir>/receiver.lock.
+
+Store faults: a write the store refuses (a full disk, a read-only remount) around a run is
+retried until it succeeds, so a job never stays `running` with its node locked once the disk
+is back; a webhook arriving while the store is unusable (deleted, replaced, unwritable) is
+answered 503, so Alertmanager sends it again; job numbers continue above the job directories
+on disk, so a lost store never reuses a number that has artifacts.
 """
 
 from __future__ import annotations
@@ -17,7 +23,9 @@ import fcntl
 import json
 import logging
 import os
+import re
 import socket
+import sqlite3
 import threading
 import time
 
@@ -32,6 +40,10 @@ RUN_STATUS_DONE = "successful"
 
 class PayloadError(ValueError):
     """The request body is not an Alertmanager v4 webhook payload."""
+
+
+JOB_DIR = re.compile(r"^job-(\d+)$")
+RETRY_MAX_S = 30.0
 
 
 def validate_payload(payload) -> list[dict]:
@@ -77,6 +89,7 @@ class Service:
     def start(self) -> None:
         self.store.audit("receiver.started", details={"owner": self.owner, "dry_run": self.cfg.dry_run,
                                                       "auth": self.cfg.auth.describe()})
+        self._continue_job_numbers()
         self.recover()
         for i in range(self.cfg.workers):
             thread = threading.Thread(target=self._worker, name=f"remediation-worker-{i}", daemon=True)
@@ -90,9 +103,45 @@ class Service:
         for thread in self._threads:
             thread.join(timeout)
 
+    def _continue_job_numbers(self) -> None:
+        on_disk = [int(m.group(1)) for p in self.cfg.jobs_dir.glob("job-*") if (m := JOB_DIR.match(p.name))]
+        known = max((j["id"] for j in self.store.jobs()), default=0)
+        if on_disk and max(on_disk) > known:
+            self.store.continue_ids_after(max(on_disk))
+            self.store.audit("store.reset", decision="continued",
+                             reason=f"job directories up to {max(on_disk)} exist but the store knows jobs up to "
+                                    f"{known}: the store was lost or replaced; new jobs start above them")
+            log(LOG, logging.WARNING, "store lost its jobs; numbering continues", on_disk=max(on_disk), known=known)
+
+    def health(self) -> dict[str, str]:
+        """'ok' or the problem, for the store and for the Kubernetes API."""
+        checks = {}
+        for name, check in (("store", self.store.check), ("kubernetes", self.nodes.check)):
+            try:
+                check()
+                checks[name] = "ok"
+            except Exception as exc:  # noqa: BLE001 (any failure is the answer)
+                checks[name] = str(exc)
+        return checks
+
+    def _durably(self, what: str, write, *args, **kwargs):
+        """A store write the run's outcome depends on: retried until the store takes it."""
+        delay = 1.0
+        while True:
+            try:
+                return write(*args, **kwargs)
+            except sqlite3.Error as exc:
+                if self._stop.is_set():
+                    raise
+                log(LOG, logging.ERROR, "store write failed; retrying", what=what, error=str(exc), retry_s=delay)
+                self._stop.wait(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
+
     # -- webhooks ------------------------------------------------------------------------
     def handle_payload(self, payload, remote: str = "") -> list[dict]:
         alerts = validate_payload(payload)
+        # Decisions must be recorded: with the store unusable, refuse the whole notification (503).
+        self.store.check()
         nodes = self.nodes.nodes() if alerts else {}
         decisions = []
         with self._decide:
@@ -155,8 +204,8 @@ class Service:
                 self.store.audit("job.orphaned", decision="running", node=job["node"], job_id=job_id,
                                  reason=f"receiver error while run {job['pid']} goes on: {exc}; recovered on restart")
                 return
-            self.store.finish_job(job_id, "failed", status="error", rc=None,
-                                  message=f"receiver error: {type(exc).__name__}: {exc}")
+            self._durably("finish", self.store.finish_job, job_id, "failed", status="error", rc=None,
+                          message=f"receiver error: {type(exc).__name__}: {exc}")
         except Exception:
             LOG.exception("recording the crash failed", extra={"fields": {"job_id": job_id}})
 
@@ -187,16 +236,22 @@ class Service:
             self._precordon(job)
         pid = self.executor.start(job, self.spec(job))
         job = {**job, "pid": pid}
-        self.store.update_job(job["id"], pid=pid, run_dir=str(self.executor.job_dir(job["id"])))
-        self.store.audit("job.started", decision="running", node=job["node"], job_id=job["id"],
-                         fingerprint=job["fingerprint"], details={"pid": pid, "attempt": job["attempts"],
-                                                                  "owner": self.owner})
+        # The run is on: recording it is retried, never a reason to abandon it.
+        self._durably("started", self.store.update_job, job["id"], pid=pid,
+                      run_dir=str(self.executor.job_dir(job["id"])))
+        self._durably("started", self.store.audit, "job.started", decision="running", node=job["node"],
+                      job_id=job["id"], fingerprint=job["fingerprint"],
+                      details={"pid": pid, "attempt": job["attempts"], "owner": self.owner})
         log(LOG, logging.INFO, "job started", job_id=job["id"], node=job["node"], pid=pid, attempt=job["attempts"])
         self._await(job)
 
     def _await(self, job: dict) -> None:
         def on_ident(ident: str) -> None:
-            self.store.update_job(job["id"], ident=ident)
+            try:
+                self.store.update_job(job["id"], ident=ident)
+            except sqlite3.Error as exc:  # the outcome carries the ident again
+                log(LOG, logging.ERROR, "recording the ident failed", job_id=job["id"], error=str(exc))
+                return
             log(LOG, logging.INFO, "job ident", job_id=job["id"], node=job["node"], ident=ident)
 
         self._settle(job, self.executor.wait(job, on_ident, timeout_s=self._run_timeout()))
@@ -214,8 +269,8 @@ class Service:
             message = f"run {result.get('ident')} {status} (rc {result.get('rc')})"
             if result.get("message"):
                 message += f": {result['message']}"
-            self.store.finish_job(job["id"], state, status=status, rc=result.get("rc"), message=message,
-                                  ident=result.get("ident"))
+            self._durably("finish", self.store.finish_job, job["id"], state, status=status, rc=result.get("rc"),
+                          message=message, ident=result.get("ident"))
             log(LOG, logging.INFO if state == "done" else logging.ERROR, "job " + state, job_id=job["id"],
                 node=job["node"], status=status, rc=result.get("rc"), ident=result.get("ident"))
             return
@@ -227,14 +282,14 @@ class Service:
         except Exception as exc:  # noqa: BLE001
             node, why = None, f"{why}; reading the Node failed ({exc})"
         if node is not None and node.unschedulable and self.cfg.isolated_taint in node.taints:
-            self.store.finish_job(job["id"], "done", status="unknown", rc=None,
-                                  message=f"{why}; Node {job['node']} is cordoned and tainted: isolation completed")
+            self._durably("finish", self.store.finish_job, job["id"], "done", status="unknown", rc=None,
+                          message=f"{why}; Node {job['node']} is cordoned and tainted: isolation completed")
             return
         if job["attempts"] >= self.cfg.max_attempts:
-            self.store.finish_job(job["id"], "failed", status="unknown", rc=None,
-                                  message=f"{why}; {job['attempts']} attempts, run.max_attempts reached")
+            self._durably("finish", self.store.finish_job, job["id"], "failed", status="unknown", rc=None,
+                          message=f"{why}; {job['attempts']} attempts, run.max_attempts reached")
             return
-        self.store.requeue(job["id"], f"{why}; Node {job['node']} is not isolated: run again")
+        self._durably("requeue", self.store.requeue, job["id"], f"{why}; Node {job['node']} is not isolated: run again")
         with self._wake:
             self._wake.notify_all()
 

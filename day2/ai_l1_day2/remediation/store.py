@@ -61,7 +61,15 @@ CREATE TABLE IF NOT EXISTS audit (
     details TEXT NOT NULL DEFAULT '{}'
 );
 CREATE INDEX IF NOT EXISTS audit_event ON audit(event, ts);
+CREATE TABLE IF NOT EXISTS heartbeat (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    ts REAL NOT NULL
+);
 """
+
+
+class StoreError(RuntimeError):
+    """The store cannot be used as it is (deleted, replaced, unwritable)."""
 
 JOB_FIELDS = ("updated", "state", "attempts", "ident", "pid", "owner", "run_dir", "status", "rc", "message")
 
@@ -82,6 +90,32 @@ class Store:
         self._db.execute("PRAGMA busy_timeout=30000")
         with self._lock:
             self._db.executescript(SCHEMA)
+        # The file this connection writes to: a deleted or replaced file is noticed (check()).
+        self._inode = self.path.stat().st_ino
+
+    def check(self) -> None:
+        """Raise StoreError unless the store is the file it was opened as and takes a write."""
+        try:
+            now = self.path.stat().st_ino
+        except OSError as exc:
+            raise StoreError(f"{self.path} is gone ({exc.strerror}): a new receiver would start over "
+                             "with job numbers that exist already") from None
+        if now != self._inode:
+            raise StoreError(f"{self.path} was replaced by another file")
+        try:
+            with self.transaction() as db:
+                db.execute("INSERT OR REPLACE INTO heartbeat (id, ts) VALUES (1, ?)", (self.clock(),))
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path} takes no writes: {exc}") from exc
+
+    def continue_ids_after(self, job_id: int) -> None:
+        """New jobs get numbers above job_id (job directories of a lost store exist up to it)."""
+        with self.transaction() as db:
+            current = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'jobs'").fetchone()
+            if current is None:
+                db.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('jobs', ?)", (job_id,))
+            elif current[0] < job_id:
+                db.execute("UPDATE sqlite_sequence SET seq = ? WHERE name = 'jobs'", (job_id,))
 
     def close(self) -> None:
         with self._lock:
