@@ -201,8 +201,10 @@ def cmd_run(args) -> int:
     kubeconfig.chmod(0o600)
     focus = args.focus or FOCUS
     skip = [*SKIPS, r"\[Disruptive\]", r"\[Feature:", r"\[Flaky\]"]
-    cmd = [str(bins / "ginkgo"), f"--procs={args.nodes}", "--label-filter=Conformance", "--timeout=3h",
-           "--no-color", f"--junit-report={out / 'junit.xml'}", "--output-dir", str(out),
+    # ginkgo lists (dry-run) in serial only; the report name is relative to --output-dir.
+    procs = 1 if args.dry_run else args.nodes
+    cmd = [str(bins / "ginkgo"), f"--procs={procs}", "--label-filter=Conformance", "--timeout=3h",
+           "--no-color", "--junit-report=junit.xml", "--output-dir", str(out),
            *(f"--focus={f}" for f in focus), *(f"--skip={s}" for s in skip)]
     if args.dry_run:
         cmd.append("--dry-run")
