@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import shutil
 import sys
 import threading
 import time
@@ -67,6 +68,34 @@ def playbook_path(operation: str, project: Path | None = None) -> Path:
     if operation not in OPERATIONS:
         raise BadInput(f"unknown operation {operation!r}; one of: {', '.join(OPERATIONS)}")
     return (project or project_dir()) / "playbooks" / "day2" / OPERATIONS[operation]
+
+
+KEEP_ENV = "AI_L1_DAY2_KEEP_RUNS"
+KEEP_RUNS = 200
+
+
+def keep_runs() -> int:
+    """How many finished runs a runs directory keeps ($AI_L1_DAY2_KEEP_RUNS, default 200)."""
+    text = os.environ.get(KEEP_ENV, "").strip()
+    if not text:
+        return KEEP_RUNS
+    if not text.isascii() or not text.isdigit() or int(text) < 1:
+        raise BadInput(f"{KEEP_ENV} must be a whole number >= 1, got {text!r}")
+    return int(text)
+
+
+def prune_runs(runs_dir: Path, keep: int) -> list[str]:
+    """Remove the oldest finished runs beyond the newest `keep` (their artifacts hold commands,
+    events and output of past runs: they must not pile up forever). A run without a status may
+    still be going and stays. Idents start with their UTC start time, so names sort by age."""
+    runs = sorted(p for p in runs_dir.iterdir() if p.is_dir() and (p / "artifacts").is_dir())
+    removed = []
+    for path in runs[:-keep] if len(runs) > keep else []:
+        if not any((path / "artifacts").glob("*/status")):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path.name)
+    return removed
 
 
 def new_run_dir(runs_dir: Path, operation: str) -> tuple[str, Path]:
@@ -212,6 +241,18 @@ def _as_list(limit: str | Iterable[str] | None) -> list[str] | None:
     return items or None
 
 
+def _checked_paths(operation: str, inventory: Path, project: Path) -> tuple[Path, Path]:
+    """The operation's playbook and the inventory (relative to the cwd, else the project)."""
+    playbook = playbook_path(operation, project)
+    if not playbook.is_file():
+        raise BadInput(f"operation {operation!r}: playbook {playbook} does not exist")
+    if not inventory.is_absolute():
+        inventory = (Path.cwd() / inventory) if (Path.cwd() / inventory).exists() else project / inventory
+    if not inventory.exists():
+        raise BadInput(f"inventory {inventory} does not exist")
+    return playbook, inventory
+
+
 def run_operation(
     operation: str,
     *,
@@ -242,14 +283,7 @@ def run_operation(
     import ansible_runner  # noqa: PLC0415 - imported here: argument parsing and --help stay fast
 
     project = Path(project).resolve() if project else project_dir()
-    playbook = playbook_path(operation, project)
-    if not playbook.is_file():
-        raise BadInput(f"operation {operation!r}: playbook {playbook} does not exist")
-    inventory = Path(inventory)
-    if not inventory.is_absolute():
-        inventory = (Path.cwd() / inventory) if (Path.cwd() / inventory).exists() else project / inventory
-    if not inventory.exists():
-        raise BadInput(f"inventory {inventory} does not exist")
+    playbook, inventory = _checked_paths(operation, Path(inventory), project)
     if not isinstance(extravars, dict):
         raise BadInput(f"extravars must be a dict, got {type(extravars).__name__}")
     hosts = _as_list(limit)
@@ -258,11 +292,13 @@ def run_operation(
 
     runs_dir = Path(runs_dir) if runs_dir else default_runs_dir(project)
     check_var_names(extravars)  # before a run directory exists
+    keep = keep_runs()
     try:
         ident, private = new_run_dir(runs_dir.resolve(), operation)
     except OSError as exc:
         raise BadInput(f"runs directory {runs_dir} is not usable: {exc.strerror or exc}") from None
     write_extravars(private, extravars)
+    prune_runs(runs_dir.resolve(), keep)
     failures: list[dict[str, str]] = []
     lock = threading.Lock()
 

@@ -68,3 +68,23 @@ def test_signals_from_the_runner_reach_the_playbook_and_its_rc_comes_back(tmp_pa
 def test_usage():
     proc = subprocess.run([sys.executable, str(GUARD), "x"], capture_output=True, text=True, check=False)
     assert proc.returncode == 2 and "usage" in proc.stderr
+
+
+def test_a_runs_directory_keeps_the_newest_finished_runs(tmp_path, monkeypatch):
+    from ai_l1_day2 import runner  # noqa: PLC0415
+
+    for n, status in enumerate(["successful", "failed", None, "successful", "successful"]):
+        art = tmp_path / f"20261201T00000{n}-cordon-x" / "artifacts" / "id"
+        art.mkdir(parents=True)
+        if status:
+            (art / "status").write_text(status)
+    removed = runner.prune_runs(tmp_path, keep=2)
+    # the oldest two finished ones go; the one without a status may still be running
+    assert removed == ["20261201T000000-cordon-x", "20261201T000001-cordon-x"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "20261201T000002-cordon-x", "20261201T000003-cordon-x", "20261201T000004-cordon-x"]
+    monkeypatch.setenv("AI_L1_DAY2_KEEP_RUNS", "0")
+    import pytest  # noqa: PLC0415
+
+    with pytest.raises(runner.BadInput, match="AI_L1_DAY2_KEEP_RUNS"):
+        runner.keep_runs()

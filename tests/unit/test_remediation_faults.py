@@ -139,3 +139,24 @@ def test_an_unusable_store_at_start_exits_3(tmp_path, monkeypatch):
 
     monkeypatch.setattr(kube, "KubeNodes", Kube)
     assert cli.serve(type("Args", (), {"config": None})()) == 3
+
+
+def test_finished_job_directories_beyond_the_retention_are_removed(tmp_path):
+    svc = make(tmp_path, run={"keep_job_dirs": 2}, ceiling={"max_fraction": 1.0, "pool_label": "accelerator"})
+    svc.start()
+    try:
+        ids = []
+        for host in ("gpu1", "gpu2", "gpu3"):
+            [d] = svc.handle_payload(payload(alert(host=host)))
+            ids.append(d["job_id"])
+            end = time.monotonic() + 10
+            while svc.store.job(d["job_id"])["state"] != "done" and time.monotonic() < end:
+                time.sleep(0.05)
+            svc.executor.job_dir(d["job_id"]).mkdir(parents=True, exist_ok=True)
+        (svc.cfg.jobs_dir / "job-000099").mkdir()  # not a finished job of this store: kept
+        assert svc.prune_job_dirs() == [ids[0]]
+    finally:
+        svc.stop()
+    assert sorted(p.name for p in svc.cfg.jobs_dir.iterdir()) == [
+        f"job-{ids[1]:06d}", f"job-{ids[2]:06d}", "job-000099"]
+    assert svc.store.job(ids[0])["state"] == "done"  # the row and the audit stay

@@ -20,7 +20,9 @@ for secrets. Secrets are never logged, never written to the store, never echoed 
     ceiling: {max_fraction: 0.25, pool_label: accelerator, pools: {}}
     isolated_taint: ai-platform.io/fault      # a node carrying it is already isolated
     run: {operation: isolate, inventory: inventories/production, workers: 2, max_attempts: 3,
-          timeout_s: 3600, extravars: {}, precordon: true}
+          timeout_s: 3600, extravars: {}, precordon: true, keep_job_dirs: 1000}
+    # keep_job_dirs: job directories (specs, logs, each run's artifacts) of finished jobs kept,
+    # the newest first; older ones are removed (their job rows and the audit log stay).
     # precordon: the receiver cordons the Node itself (spec.unschedulable + the reason in
     # run.cordon_annotation, the node_drain role's key) the moment a job starts, then runs
     # the playbook, which cordons again (no-op), taints, alerts and drains. Seconds matter for
@@ -90,6 +92,7 @@ class Config:
     max_attempts: int = 3
     timeout_s: int = 3600
     precordon: bool = True
+    keep_job_dirs: int = 1000
     cordon_annotation: str = "ai-platform.io/cordon-reason"
     extravars: dict[str, Any] = field(default_factory=dict)
     kubeconfig: str | None = None
@@ -232,8 +235,9 @@ def load(  # noqa: PLR0912, PLR0915 (one check per key, in file order)
     cfg.timeout_s = _typed(run, "timeout_s", int, "run.", cfg.timeout_s)
     cfg.precordon = _typed(run, "precordon", bool, "run.", cfg.precordon)
     cfg.cordon_annotation = _typed(run, "cordon_annotation", str, "run.", cfg.cordon_annotation)
-    if cfg.workers < 1 or cfg.max_attempts < 1 or cfg.timeout_s < 1:
-        raise ConfigError("run.workers, run.max_attempts and run.timeout_s must be >= 1")
+    cfg.keep_job_dirs = _typed(run, "keep_job_dirs", int, "run.", cfg.keep_job_dirs)
+    if cfg.workers < 1 or cfg.max_attempts < 1 or cfg.timeout_s < 1 or cfg.keep_job_dirs < 1:
+        raise ConfigError("run.workers, run.max_attempts, run.timeout_s and run.keep_job_dirs must be >= 1")
     cfg.extravars = _typed(run, "extravars", dict, "run.", {})
     cfg.kubeconfig = _typed(kube, "kubeconfig", str, "kubernetes.", None)
     cfg.kube_context = _typed(kube, "context", str, "kubernetes.", None)

@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import socket
 import sqlite3
 import threading
@@ -91,6 +92,7 @@ class Service:
                                                       "auth": self.cfg.auth.describe()})
         self._continue_job_numbers()
         self.recover()
+        self.prune_job_dirs()
         for i in range(self.cfg.workers):
             thread = threading.Thread(target=self._worker, name=f"remediation-worker-{i}", daemon=True)
             thread.start()
@@ -112,6 +114,19 @@ class Service:
                              reason=f"job directories up to {max(on_disk)} exist but the store knows jobs up to "
                                     f"{known}: the store was lost or replaced; new jobs start above them")
             log(LOG, logging.WARNING, "store lost its jobs; numbering continues", on_disk=max(on_disk), known=known)
+
+    def prune_job_dirs(self) -> list[int]:
+        """Remove the directories of finished jobs beyond the newest run.keep_job_dirs."""
+        finished = {j["id"] for j in self.store.jobs() if j["state"] in ("done", "failed", "dry-run")}
+        dirs = sorted((int(m.group(1)), p) for p in self.cfg.jobs_dir.glob("job-*")
+                      if (m := JOB_DIR.match(p.name)) and int(m.group(1)) in finished)
+        removed = []
+        for job_id, path in dirs[:-self.cfg.keep_job_dirs]:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(job_id)
+        if removed:
+            log(LOG, logging.INFO, "job directories removed", count=len(removed), keep=self.cfg.keep_job_dirs)
+        return removed
 
     def health(self) -> dict[str, str]:
         """'ok' or the problem, for the store and for the Kubernetes API."""
@@ -263,6 +278,12 @@ class Service:
 
     def _settle(self, job: dict, result: dict | None) -> None:
         """Record a run's outcome; a run that left none is judged from the Node."""
+        try:
+            self._record(job, result)
+        finally:
+            self.prune_job_dirs()
+
+    def _record(self, job: dict, result: dict | None) -> None:
         if result is not None:
             status = result.get("status")
             state = "done" if status == RUN_STATUS_DONE else "failed"
