@@ -98,8 +98,13 @@ def recipe(v: dict[str, str]) -> k8sbuild.GoRecipe:
 
 def e2e_base() -> str:
     def customize(rootfs: Path) -> None:
-        # Upstream's images are Alpine: busybox applets come first on PATH.
+        # Upstream's images are Alpine: busybox applets, except where the image installs the real
+        # tool (agnhost's netcat-openbsd, curl, bind-tools, iproute2, bash): those stay Debian's.
         subprocess.run(["chroot", str(rootfs), "/bin/busybox", "--install", "-s", "/usr/local/bin"], check=True)
+        for link in (rootfs / "usr" / "local" / "bin").iterdir():
+            if link.is_symlink() and any((rootfs / d / link.name).exists() for d in ("bin", "sbin", "usr/bin",
+                                                                                   "usr/sbin")):
+                link.unlink()
         # agnhost's image defines these (security-context tests look them up).
         with open(rootfs / "etc" / "passwd", "a") as fh:
             fh.write("user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n")
@@ -108,7 +113,7 @@ def e2e_base() -> str:
         for d in ("uploads", "var/log/apache2", "var/log/nginx", "run/apache2", "var/lock/apache2"):
             (rootfs / d).mkdir(parents=True, exist_ok=True)
 
-    return k8sbuild.ensure_debian_base("e2e-base", BASE_PACKAGES, customize, {"customize": 1})
+    return k8sbuild.ensure_debian_base("e2e-base", BASE_PACKAGES, customize, {"customize": 2})
 
 
 def image_recipes(agnhost: Path, porter: Path, base: str) -> dict[str, k8sbuild.ImageRecipe]:
@@ -143,12 +148,28 @@ def cmd_build(_args) -> int:
         porter = Path(k8sbuild.module_info("k8s.io/kubernetes", v["kubernetes"], k8sbuild.go_env())["Dir"])
         images = image_recipes(r.root / "bin" / "agnhost", porter / "test" / "images" / "agnhost" / "porter", base)
         state = json.loads(mirror.STATE.read_text()) if mirror.STATE.exists() else {}
+        changed = False
         for target, image in images.items():
             k8sbuild.build_image(image)
             digest, pushed = mirror.publish_image(image.ref, [target], state)
+            changed |= pushed
             log(f"{mirror.registry_addr()}/{target} {'pushed' if pushed else 'up to date'} ({digest[:19]})")
         mirror.STATE.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
+    if changed:
+        forget_cached_images()
     return 0
+
+
+def forget_cached_images() -> None:
+    """A rebuilt image keeps its tag: nodes that pulled the old one (IfNotPresent) must drop it."""
+    proc = subprocess.run([*LABCTL, "status", "--json"], capture_output=True, text=True, check=False, timeout=60)
+    if proc.returncode != 0:
+        return  # no lab up: nothing cached
+    for node in json.loads(proc.stdout or "[]"):
+        subprocess.run([*LABCTL, "ssh", node["host"],
+                        f"crictl images -o json | python3 -c \"import json, sys; print('\\n'.join(t for i in "
+                        f"json.load(sys.stdin)['images'] for t in i.get('repoTags') or [] if '/{E2E_REPO}/' in t))\" "
+                        "| xargs -r crictl rmi"], capture_output=True, text=True, check=False, timeout=120)
 
 
 def repo_list(path: Path) -> Path:
