@@ -483,3 +483,108 @@ def test_xid_regex_variants():
         (79, "00000000:07:00.0", ""), (119, "00000001:B1:00.0", ""),
     ]
     assert found[0]["message"] == "pid=..., GPU has fallen off the bus."
+
+
+# ----------------------------------------------------------------- kernel log regressions
+
+
+def test_gpu_fallen_off_the_bus_without_xid_counts_as_xid_79(fake_nvml_dir, fake_bin, tmp_path):
+    now = time.time()
+    log = tmp_path / "kern.log"
+    log.write_text("".join([
+        "%s host kernel: NVRM: GPU at PCI:0000:07:00: GPU-7d5a3c1e\n" % _iso(now - 120),
+        "%s host kernel: NVRM: GPU 0000:0f:00.0: GPU has fallen off the bus.\n" % _iso(now - 60),
+        # the driver's usual pair for one event: counted once
+        "%s host kernel: NVRM: Xid (PCI:0000:47:00): 79, pid=7, GPU has fallen off the bus.\n" % _iso(now - 30),
+        "%s host kernel: NVRM: GPU 0000:47:00.0: GPU has fallen off the bus.\n" % _iso(now - 30),
+    ]))
+    args = {"xid_source": "file", "xid_log_path": str(log)}
+    info = run_module(fake_nvml_dir, fake_bin, "a100-8x-nvswitch-mig", args, {}, tmp_path=tmp_path)["gpu_info"]
+    assert info["gpus"][0]["xid_errors"] == []
+    assert [(x["xid"], x["message"]) for x in info["gpus"][1]["xid_errors"]] == [
+        (79, "GPU 0000:0f:00.0: GPU has fallen off the bus.")]
+    assert [x["xid"] for x in info["gpus"][2]["xid_errors"]] == [79]
+    assert info["health"]["ok"] is False
+    assert [p.split(",")[0] for p in info["health"]["problems"]] == [
+        "GPU 1 (00000000:0F:00.0): XID 79 seen 1 time(s)", "GPU 2 (00000000:47:00.0): XID 79 seen 1 time(s)"]
+
+
+SXID_LINES = [
+    "nvidia-nvswitch0: SXid (PCI:0000:c5:00.0): 24007, Fatal, Link 44 sourcetrack timeout error (First)",
+    "nvidia-nvswitch0: SXid (PCI:0000:c5:00.0): 24007, Severity 1 Engine instance 44 Sub-engine instance 00",
+    "nvidia-nvswitch0: SXid (PCI:0000:c5:00.0): 24007, Data {0x00000000, 0x00000000, 0x00000000}",
+]
+
+
+def test_nvswitch_sxid_is_a_health_problem(fake_nvml_dir, fake_bin, tmp_path):
+    stamp = int(time.time()) - 60
+    log = tmp_path / "kern.log"
+    log.write_text("".join("%s host kernel: %s\n" % (_iso(stamp), line) for line in SXID_LINES))
+    args = {"xid_source": "file", "xid_log_path": str(log)}
+    info = run_module(fake_nvml_dir, fake_bin, "a100-8x-nvswitch-mig", args, {}, tmp_path=tmp_path)["gpu_info"]
+    assert all(g["xid_errors"] == [] for g in info["gpus"])  # an NVSwitch is no GPU
+    assert info["health"] == {"ok": False, "problems": [
+        "NVSwitch (00000000:C5:00.0): SXid 24007 seen 1 time(s), last %s: "
+        "Fatal, Link 44 sourcetrack timeout error (First)" % _iso(stamp)]}
+    args["xid_ignore"] = [24007]
+    info = run_module(fake_nvml_dir, fake_bin, "a100-8x-nvswitch-mig", args, {}, tmp_path=tmp_path)["gpu_info"]
+    assert info["health"] == {"ok": True, "problems": []}
+
+
+def test_parse_timestamp_dmesg_T_decode_and_kernel_tag():
+    ctime = time.mktime((2026, 12, 1, 10, 0, 0, 0, 0, -1))  # dmesg -T prints local time
+    assert nvml.parse_timestamp("[Tue Dec  1 10:00:00 2026] NVRM: Xid (PCI:0000:07:00): 79, x") == ctime
+    assert nvml.parse_timestamp("kern  :warn  : [Tue Dec  1 10:00:00 2026] NVRM: Xid") == ctime
+    for line in ("kern  :warn  : [  123.456] NVRM: Xid (PCI:0000:07:00): 79, x",
+                 "kernel: [  123.456] NVRM: Xid (PCI:0000:07:00): 79, x",
+                 "<4>[  123.456] NVRM: Xid (PCI:0000:07:00): 79, x"):
+        assert nvml.parse_timestamp(line, boot_time=1000.0) == pytest.approx(1123.456), line
+    utc = datetime(2026, 12, 1, 10, 0, 0, tzinfo=timezone.utc).timestamp()
+    assert nvml.parse_timestamp("kern  :warn  : 2026-12-01T10:00:00,000000+00:00 NVRM") == utc
+    assert nvml.parse_timestamp("kernel: NVRM: Xid (PCI:0000:07:00): 79, x", boot_time=1000.0) is None
+
+
+def test_xids_of_dmesg_T_decode_and_kernel_tag_lines_age_out(tmp_path, monkeypatch):
+    now = time.mktime((2026, 12, 3, 10, 0, 0, 0, 0, -1))
+    monkeypatch.setattr(nvml, "_boot_time", lambda: now - 1000.0)
+    log = tmp_path / "kern.log"
+    log.write_text("".join([
+        "[Tue Dec  1 10:00:00 2026] NVRM: Xid (PCI:0000:07:00): 79, pid=1, old\n",
+        "[Thu Dec  3 09:59:00 2026] NVRM: Xid (PCI:0000:07:00): 94, pid=1, new\n",
+        "kern  :warn  : [  100.000] NVRM: Xid (PCI:0000:07:00): 48, pid=1, old\n",
+        "kern  :warn  : [  990.000] NVRM: Xid (PCI:0000:07:00): 63, pid=1, new\n",
+        "kernel: [  200.000] NVRM: Xid (PCI:0000:07:00): 74, pid=1, old\n",
+        "kernel: [  995.000] NVRM: Xid (PCI:0000:07:00): 92, pid=1, new\n",
+    ]))
+    xids, used, error = nvml.read_xids("file", str(log), window=60, now=now)
+    assert (used, error) == ("file", "")
+    assert [(x["xid"], x["message"]) for x in xids] == [(94, "pid=1, new"), (63, "pid=1, new"), (92, "pid=1, new")]
+    assert all(x["timestamp"] for x in xids)
+
+
+def test_read_xids_skips_malformed_records(tmp_path):
+    """A journal record that is no object and absurd times give no traceback: skipped, or kept undated."""
+    xid = "NVRM: Xid (PCI:0000:07:00): 48, pid=1, DBE"
+    journal = "\n".join([
+        "[1, 2, 3]", '"a string"', "null",
+        json.dumps({"MESSAGE": xid, "__REALTIME_TIMESTAMP": "9" * 400}),
+        json.dumps({"MESSAGE": xid, "__REALTIME_TIMESTAMP": str(10 ** 20)}),
+    ])
+
+    def runner(args):
+        if args[0] == "journalctl":
+            return 0, journal, ""
+        if "--time-format" in args:
+            return 1, "", "dmesg: unknown time format"
+        return 0, "[99999999999999999999999.000000] %s\n[1e400] %s\n" % (xid, xid), ""
+
+    found, used, error = nvml.read_xids("journal", runner=runner, now=1e9)
+    assert (used, error) == ("journal", "")
+    assert [(x["xid"], x["timestamp"]) for x in found] == [(48, ""), (48, "")]
+    found, used, error = nvml.read_xids("dmesg", runner=runner, now=1e9)
+    assert (used, error) == ("dmesg", "")
+    assert [(x["xid"], x["timestamp"]) for x in found] == [(48, ""), (48, "")]
+    log = tmp_path / "kern.log"
+    log.write_text("9999-12-31T23:59:59-23:59 %s\n0000-01-01T00:00:00 %s\n" % (xid, xid))
+    found, _used, error = nvml.read_xids("file", str(log), window=0)
+    assert error == "" and [x["timestamp"] for x in found] == ["", ""]

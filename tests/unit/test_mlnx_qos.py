@@ -7,6 +7,7 @@ tests/hardware/nic/mlnx_qos_fake.py as its mlnx_qos, which keeps port state in a
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -237,3 +238,45 @@ def test_tool_that_ignores_the_set_is_reported(run, tmp_path):
     result = run(mlnx_qos_path=str(tool), pfc=SEED_PFC)
     assert result["failed"]
     assert "did not take: pfc priority 3: off -> on" in result["msg"]
+
+
+# Malformed values in an otherwise well-formed output: a refusal naming the line, no traceback.
+@pytest.mark.parametrize("text, match", [
+    pytest.param(BASE.replace("\t priority:  7", "\t priority:  7 9"),
+                 r"traffic class 7 lists priority 9, not one of 0\.\.7: priority: 7 9", id="tc-priority-9"),
+    pytest.param(capture("ofed-4.2-ets-strict.txt").replace("dscp:31,30,", "dscp:31,3 0,"),
+                 r"DSCP map entry '3 0' is not a DSCP value 0\.\.63", id="dscp-space-inside"),
+    pytest.param(capture("ofed-4.2-ets-strict.txt").replace("dscp:31,30,", "dscp:31,99,"),
+                 r"DSCP map entry '99' is not a DSCP value", id="dscp-99"),
+    pytest.param(capture("ofed-4.2-ets-strict.txt").replace("prio:7 dscp:", "prio:9 dscp:"),
+                 r"DSCP map priority 9 out of 0\.\.7", id="dscp-prio-9"),
+])
+def test_parse_refuses_malformed_values(text, match):
+    with pytest.raises(qos.MlnxQosError, match=match):
+        qos.parse(text)
+
+
+def test_malformed_values_fail_the_module_cleanly(run, tmp_path):
+    tool = tmp_path / "mlnx_qos"
+    out = tmp_path / "out.txt"
+    out.write_text(BASE.replace("\t priority:  7", "\t priority:  7 9"))
+    tool.write_text("#!/bin/sh\ncat %s\n" % out)
+    tool.chmod(0o755)
+    result = run(mlnx_qos_path=str(tool), **SEED)
+    assert result["failed"] and "Traceback" not in result["_out"]
+    assert "cannot parse the output of mlnx_qos -i ens1f0: traffic class 7 lists priority 9" in result["msg"]
+
+
+@pytest.mark.parametrize("old, new", [
+    ("\tprio:7 dscp:", "\tprio:0 dscp:" + " " * 5000 + "x\n\tprio:7 dscp:"),
+    ("\tprio:7 dscp:", "\tprio:0 dscp:07," + " " * 5000 + "!\n\tprio:7 dscp:"),
+    ("\t priority:  7", "\t priority:  " + "1" * 5000 + "x"),
+], ids=["dscp-blanks", "dscp-list-blanks", "tc-priority-digits"])
+def test_parse_is_linear_on_long_runs(old, new):
+    """A long run of blanks (or digits) with a tail that does not fit is refused at once."""
+    text = capture("ofed-4.2-ets-strict.txt")
+    assert old in text
+    start = time.monotonic()
+    with pytest.raises(qos.MlnxQosError):
+        qos.parse(text.replace(old, new, 1))
+    assert time.monotonic() - start < 2

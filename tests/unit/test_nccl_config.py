@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from ansible_collections.ai_platform.l1.plugins.module_utils import rdma_sysfs
 from ansible_collections.ai_platform.l1.plugins.modules import nccl_config, roce_sysfs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -124,3 +125,97 @@ def test_roce_sysfs_refused(run, sysfs, args, match):
                                                            roce_tos=args.get("roce_tos", 106)))
     assert result["failed"] and __import__("re").search(match, result["msg"]), result
     assert tree() == before  # refused before anything was written
+
+
+def left_out(root):
+    """The warnings of discovery on a tree (read from build: in-process module runs share theirs)."""
+    warnings = []
+    params = dict(hca=None, gid_index=None, socket_ifname=None, settings={}, sysfs_root=str(root), path="x")
+    nccl_config.build(params, nccl_config.discover(str(root)), warnings)
+    return warnings
+
+
+def two_port_tree(tmp_path, ports, infiniband=()):
+    """The a100 tree with the given RoCE ports; the devices in `infiniband` turned into InfiniBand ports."""
+    root = tmp_path / "sys"
+    subprocess.run([sys.executable, str(HW / "sysfs/build_sysfs.py"), str(root), "--profile", "a100"], check=True)
+    subprocess.run([sys.executable, str(HW / "nic/build_roce_sysfs.py"), str(root), "--ports", ports], check=True)
+    for ib in infiniband:
+        port = root / "class/infiniband" / ib / "ports/1"
+        (port / "link_layer").write_text("InfiniBand\n")
+        # An IB port's GID table: the subnet prefix and port GUID at 0, no RoCE entries.
+        for n in range(16):
+            (port / "gids" / str(n)).write_text(
+                ("fe80:0000:0000:0000:b859:9f03:00d4:%04x\n" % n) if n == 0 else "0000:" * 7 + "0000\n")
+            (port / "gid_attrs/types" / str(n)).write_text("IB/RoCE v1\n" if n == 0 else "\n")
+    return root
+
+
+def nccl_values(conf):
+    return dict(line.split("=", 1) for line in conf.read_text().splitlines()[1:])
+
+
+@pytest.mark.parametrize("infiniband, roce", [("mlx5_0", "mlx5_1"), ("mlx5_1", "mlx5_0")])
+def test_nccl_hca_takes_the_roce_ports_of_a_mixed_host(run, tmp_path, infiniband, roce):
+    """One InfiniBand and one RoCE port: NCCL_IB_GID_INDEX=3 exists on the RoCE port only."""
+    root = two_port_tree(tmp_path, "mlx5_0=ens1f0:up:10.89.100.21,mlx5_1=ens1f1:up:10.89.101.21", [infiniband])
+    conf = tmp_path / "nccl.conf"
+    result = run(nccl_config, path=str(conf), sysfs_root=str(root))
+    assert result["_rc"] == 0, result
+    values = nccl_values(conf)
+    ifname = {"mlx5_0": "ens1f0", "mlx5_1": "ens1f1"}[roce]
+    assert (values["NCCL_IB_HCA"], values["NCCL_IB_GID_INDEX"], values["NCCL_SOCKET_IFNAME"]) == (roce, "3", ifname)
+    assert left_out(root) == [
+        "NCCL_IB_HCA leaves out the active port of %s: its link layer is InfiniBand, not Ethernet" % infiniband]
+
+
+def test_nccl_hca_leaves_out_roce_ports_without_the_gid(run, tmp_path):
+    """A RoCE port without an IPv4 GID has no entry at the chosen index: it is left out."""
+    root = two_port_tree(tmp_path, "mlx5_0=ens1f0:up:10.89.100.21,mlx5_1=ens1f1:up:")
+    conf = tmp_path / "nccl.conf"
+    result = run(nccl_config, path=str(conf), sysfs_root=str(root))
+    assert result["_rc"] == 0, result
+    assert nccl_values(conf)["NCCL_IB_HCA"] == "mlx5_0" and nccl_values(conf)["NCCL_IB_GID_INDEX"] == "3"
+    assert left_out(root) == [
+        "NCCL_IB_HCA leaves out the active port of mlx5_1: it has no RoCE v2 GID with an IPv4 address"]
+
+
+def test_nccl_hca_of_an_infiniband_host_has_no_gid_index(run, tmp_path):
+    root = two_port_tree(tmp_path, "mlx5_0=ens1f0:up:10.89.100.21,mlx5_1=ens1f1:up:10.89.101.21",
+                         ["mlx5_0", "mlx5_1"])
+    conf = tmp_path / "nccl.conf"
+    result = run(nccl_config, path=str(conf), sysfs_root=str(root))
+    assert result["_rc"] == 0 and left_out(root) == [], result
+    values = nccl_values(conf)
+    assert values["NCCL_IB_HCA"] == "mlx5_0,mlx5_1" and "NCCL_IB_GID_INDEX" not in values
+
+
+@pytest.mark.parametrize("ports, infiniband, match", [
+    ("mlx5_0=ens1f0:up:10.89.100.21,mlx5_1=ens1f1:up:10.89.101.21", ["mlx5_1"],
+     r"mixes link layers \(Ethernet, InfiniBand\)"),
+    ("mlx5_0=ens1f0:up:10.89.100.21,mlx5_1=ens1f1:up:", [],
+     r"hca \['mlx5_1'\]: no IPv4 RoCE v2 GID at index 3, the one of mlx5_0"),
+])
+def test_nccl_given_hca_must_fit_one_gid_index(run, tmp_path, ports, infiniband, match):
+    root = two_port_tree(tmp_path, ports, infiniband)
+    conf = tmp_path / "nccl.conf"
+    result = run(nccl_config, path=str(conf), sysfs_root=str(root), hca=["mlx5_0", "mlx5_1"])
+    assert result["failed"] and __import__("re").search(match, result["msg"]), result
+    assert not conf.exists()
+    # with the GID index given, the choice is the user's
+    assert run(nccl_config, path=str(conf), sysfs_root=str(root), hca=["mlx5_0", "mlx5_1"], gid_index=3)["_rc"] == 0
+
+
+def test_non_utf8_sysfs_values_are_refused(run, sysfs, tmp_path):
+    """Bytes that are not text in an attribute: a refusal naming the file, nothing written."""
+    tclass = sysfs / "class/infiniband/mlx5_0/tc/1/traffic_class"
+    tclass.write_bytes(b"Global tclass=\xff\xfe\n")
+    with pytest.raises(ValueError, match="traffic_class does not hold text"):
+        rdma_sysfs.read_setting(str(tclass))
+    result = run(roce_sysfs, interface="ens1f0", ecn_priorities=[3], traffic_class=106, sysfs_root=str(sysfs))
+    assert result["failed"] and "cannot read the current settings of ens1f0" in result["msg"], result
+    assert "traffic_class does not hold text" in result["msg"]
+    assert (sysfs / "class/net/ens1f0/ecn/roce_np/enable/3").read_text().strip() == "0"  # nothing written
+    (sysfs / "class/infiniband/mlx5_0/ports/1/state").write_bytes(b"4: ACT\xc3IVE\n")
+    result = run(nccl_config, path=str(tmp_path / "nccl.conf"), sysfs_root=str(sysfs))
+    assert result["failed"] and "ports/1/state does not hold text" in result["msg"], result

@@ -8,6 +8,7 @@ The npu-smi parsers are also table-tested on the captured real outputs.
 import copy
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,8 @@ NPU = ROOT / "tests/hardware/npu"
 FAKE = NPU / "npu_smi_fake.py"
 CAPTURED = NPU / "captured"
 SCENARIOS = NPU / "scenarios"
+# Reconstructed outputs of layouts no public capture shows (see its README.md).
+UNIT_CAPTURED = Path(__file__).resolve().parent / "captured" / "npu"
 sys.path.insert(0, str(NPU))
 sys.path.insert(0, str(ROOT / "tests/hardware/sysfs"))
 
@@ -367,3 +370,120 @@ def test_classify_topology_edge_cases():
     na = {"labels": ["NPU0", "NPU1"], "links": {("NPU0", "NPU1"): "NA", ("NPU1", "NPU0"): "NA"}}
     pcie = {"labels": ["NPU0", "NPU1"], "links": {("NPU0", "NPU1"): "PIX", ("NPU1", "NPU0"): "PIX"}}
     assert [npu_smi.classify_topology(t) for t in (one, na, pcie)] == ["single", "unknown", "pcie"]
+
+
+# ---- regressions: 310P, first-generation 910, multi-line health, Chip-ID-first blocks ----
+
+
+def unit_captured(name):
+    return (UNIT_CAPTURED / name).read_text()
+
+
+def test_parse_usages_accepts_ddr_only_310p():
+    """Atlas 300I Duo (310P) reports DDR and no HBM: HBM values are None, the DDR is kept."""
+    assert npu_smi.parse_usages(unit_captured("310p_duo_usages.txt")) == {
+        0: {"hbm_capacity_mb": None, "hbm_usage_percent": None, "aicore_usage_percent": 0.0,
+            "ddr_capacity_mb": 44280.0},
+        1: {"hbm_capacity_mb": None, "hbm_usage_percent": None, "aicore_usage_percent": 0.0,
+            "ddr_capacity_mb": 43693.0},
+    }
+
+
+def duo_310p_scenario():
+    """One Atlas 300I Duo: the fake's 2-chip node with the 310P outputs it cannot print itself."""
+    sc = copy.deepcopy(load("910a"))
+    sc.update({"npu_count": 1, "chips_per_npu": 2, "topology": "pcie", "bus_ids": ["0000:82:00.0", "0000:83:00.0"],
+               "cpu_affinity": ["0-23", "0-23"]})
+    sc["chip"].update({"name": "310P3", "map_name": "Ascend 310P3", "pci_device_id": "0xD500"})
+    sc["garble"] = {"info": unit_captured("310p_duo_info.txt"),
+                    "info -t usages -i 0": unit_captured("310p_duo_usages.txt"),
+                    "info -t ecc -i 0": unit_captured("310p_duo_ecc.txt")}
+    return sc
+
+
+def test_310p_duo_node_is_discovered(node):
+    result = node(duo_310p_scenario())
+    assert result["_rc"] == 0, result
+    info = result["npu_info"]
+    assert (info["chip_model"], info["npu_count"], info["chip_count"], info["chips_per_npu"]) == ("310P", 1, 2, 2)
+    assert info["hbm_total_mb"] == 0  # no HBM on a 310P
+    assert [(c["bus_id"], c["hbm_total_mb"], c["hbm_used_mb"], c["temperature_c"]) for c in info["chips"]] == [
+        ("0000:82:00.0", 0, None, 53.0), ("0000:83:00.0", 0, None, 52.0)]
+    assert info["chips"][0]["ecc"]["ddr_dbe"] == 0 and "hbm_dbe" not in info["chips"][0]["ecc"]
+    assert info["health"] == {"ok": True, "problems": []}
+
+
+def first_gen_910_named_910b():
+    """Atlas 800 (9000) whose driver names its first-generation 910 parts "910B" (32 GB HBM, d801)."""
+    sc = copy.deepcopy(load("910a"))
+    sc["chip"].update({"name": "910B", "map_name": "Ascend 910B"})
+    return sc
+
+
+def test_first_generation_910_named_910b_is_not_a_910b(node):
+    info = node(first_gen_910_named_910b())["npu_info"]
+    assert info["chip_name"] == "Ascend 910B" and info["npus"][0]["pci_device_id"] == "0xd801"
+    assert info["chip_model"] == "910"
+    assert compute_labels(npu_info={"npu_info": info})["accelerator-model"] == "Ascend-910"
+
+
+@pytest.mark.parametrize("name,device,hbm,family", [
+    ("910B", "0xD801", 32768, "910"),     # first generation, told by the PCI device id
+    ("Ascend 910B", "d801", None, "910"),
+    ("910B", "0xd802", 65536, "910B"),    # Atlas A2
+    ("910B", "", 32768, "910"),           # no device id: 32 GB HBM is the first generation
+    ("910B", None, 65536, "910B"),
+    ("910B", None, None, "910B"),         # nothing to tell by: as before
+    ("910B4", None, 32768, "910B"),       # the 32 GB A2 part has a suffixed name
+    ("910B3", "0xD802", 65536, "910B"),
+    ("910A", "0xD801", 32768, "910A"),
+])
+def test_chip_family_tells_first_generation_910_from_910b(name, device, hbm, family):
+    assert npu_smi.chip_family(name, 1, device, hbm) == family
+
+
+def test_parse_health_keeps_every_error_line():
+    """The second error's information comes on its own line with an empty key: it is kept."""
+    assert npu_smi.parse_health(unit_captured("910b_health_two_errors.txt")) == {
+        "health": "Alarm", "error_codes": ["80E18005", "80C98008"],
+        "error_information": "node type=HBMC, sensor type=Memory, event state=uncorrectable ECC error; "
+                             "node type=AICORE, sensor type=Software, event state=task timeout",
+    }
+
+
+def test_parse_health_continuation_without_colon_and_failed_lookup():
+    text = ("Health Status : Critical\nError Code : 80E18005 80C98008\n"
+            "Error Information : node type=HBMC\n    node type=AICORE\n"
+            "Failed to get error information for error code : 0x8008\n")
+    assert npu_smi.parse_health(text)["error_information"] == (
+        "node type=HBMC; node type=AICORE; Failed to get error information for error code : 0x8008")
+
+
+def test_parse_blocks_with_chip_id_first():
+    """`-t common` opens each chip's block with "Chip ID"; the MCU block after it is the trailer."""
+    blocks = npu_smi.parse_blocks(unit_captured("310p_duo_common.txt"))
+    assert blocks["header"] == {"NPU ID": "0", "Chip Count": "2"}
+    assert [(c["Chip ID"], c["Temperature(C)"], c["Aicore curFreq(MHZ)"]) for c in blocks["chips"]] == [
+        (0, "53", "1080"), (1, "52", "960")]
+    assert blocks["trailer"] == {"Chip Name": "mcu", "Temperature(C)": "41", "NPU Real-time Power(W)": "13.4"}
+    # the trailing-"Chip ID" layout is read as before
+    ecc = npu_smi.parse_blocks(unit_captured("310p_duo_ecc.txt"))
+    assert [c["Chip ID"] for c in ecc["chips"]] == [0, 1] and ecc["trailer"] == {}
+
+
+@pytest.mark.parametrize("line", [" " * 5000 + "x", "a" + " " * 5000 + "x", "\t" + " " * 5000 + "\x00"])
+def test_parse_kv_is_linear_on_long_blank_runs(line):
+    """A long run of blanks without a colon is refused at once, not after catastrophic backtracking."""
+    start = time.monotonic()
+    with pytest.raises(npu_smi.NpuSmiParseError, match='expected "key : value"'):
+        npu_smi.parse_kv(line)
+    assert time.monotonic() - start < 2
+
+
+def test_read_key_refuses_a_value_that_is_not_text(tmp_path):
+    """Non-UTF-8 bytes give no traceback: a garbled value counts as missing, other lines do not matter."""
+    info = tmp_path / "version.info"
+    info.write_bytes(b"Version=23.0.\xff\xfe\n")
+    assert npu_info.read_key(str(info), "Version") == ""
+    info.write_bytes(b"# \xb0\xe6\xb1\xbe (GBK comment)\nVersion=23.0.rc1\n")
+    assert npu_info.read_key(str(info), "Version") == "23.0.rc1"

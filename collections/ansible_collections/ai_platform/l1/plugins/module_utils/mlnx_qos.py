@@ -21,11 +21,14 @@ class MlnxQosError(Exception):
 
 _TRUST = re.compile(r'^\s*Priority trust state:\s*(\S+)', re.M)
 _DCBX = re.compile(r'^\s*DCBX mode:\s*(.+?)\s*$', re.M)
-_DSCP = re.compile(r'^\s*prio:\s*(\d+)\s+dscp:\s*([\d,\s]*?)\s*$', re.M)
+# The DSCP list is taken whole and checked in _dscp2prio: "([\d,\s]*?)\s*$" backtracked
+# quadratically on a long run of blanks.
+_DSCP = re.compile(r'^[ \t]*prio:[ \t]*(\d+)[ \t]+dscp:([^\n]*)$', re.M)
 _PFC_PRIO = re.compile(r'^\s*priority\s+((?:\d+\s+){7}\d+)\s*$', re.M)
 _PFC_EN = re.compile(r'^\s*enabled\s+((?:[01]\s+){7}[01])\s*$', re.M)
 _TC = re.compile(r'^\s*tc:\s*(\d+)\s+ratelimit:\s*([^,]+),\s*tsa:\s*(\w+)(?:,\s*bw:\s*(\d+)%)?\s*$')
-_TC_PRIO = re.compile(r'^\s*priority:\s*((?:\d+\s*)+)$')
+# Numbers separated by blanks; "(?:\d+\s*)+" split a long digit run exponentially many ways.
+_TC_PRIO = re.compile(r'^\s*priority:[ \t]*(\d+(?:[ \t]+\d+)*)\s*$')
 
 
 def _pfc(text):
@@ -43,12 +46,25 @@ def _pfc(text):
     return pfc
 
 
+def _excerpt(text):
+    """A line for an error message: blank runs folded, at most 120 characters."""
+    return ' '.join(text.split())[:120]
+
+
 def _dscp2prio(text):
     dscp2prio = {}
     for m in _DSCP.finditer(text):
-        for d in m.group(2).split(','):
-            if d.strip():
-                dscp2prio[int(d)] = int(m.group(1))
+        prio = int(m.group(1))
+        if prio not in PRIORITIES:
+            raise MlnxQosError('DSCP map priority %d out of 0..7 in: %s' % (prio, _excerpt(m.group(0))))
+        for raw in m.group(2).split(','):
+            d = raw.strip()
+            if not d:
+                continue
+            if not d.isdigit() or not 0 <= int(d) <= 63:
+                raise MlnxQosError('DSCP map entry %r is not a DSCP value 0..63 in: %s'
+                                   % (_excerpt(d), _excerpt(m.group(0))))
+            dscp2prio[int(d)] = prio
     return dscp2prio
 
 
@@ -69,6 +85,9 @@ def _tcs(text):
         m = _TC_PRIO.match(line)
         if m and current is not None:
             for p in m.group(1).split():
+                if int(p) not in PRIORITIES:
+                    raise MlnxQosError('traffic class %d lists priority %s, not one of 0..7: %s'
+                                       % (current, p, _excerpt(line)))
                 prio_tc[int(p)] = current
     if current is None:
         raise MlnxQosError('no traffic class lines ("tc: N ratelimit: ..., tsa: ...") in the mlnx_qos output')

@@ -29,7 +29,6 @@ TOPOLOGY_CLASSES = ('hccs-fullmesh', 'hccs-switch', 'hccs-partial', 'pcie', 'sin
 
 _SEP_RE = re.compile(r'^\+[-=+]+\+$')
 _VERSION_RE = re.compile(r'npu-smi\s+(\S+)\s+Version:\s+(\S+)')
-_KV_RE = re.compile(r'^\s*([^:]+?)\s*:\s*(.*?)\s*$')
 _USAGE_RE = re.compile(r'^(\d+)\s*/\s*(\d+)$')
 
 
@@ -171,41 +170,68 @@ def parse_info_table(text):
 
 def parse_kv(text):
     """Every "key : value" line, in order, as (key, value) pairs."""
+    pairs = [pair for pair in _kv_lines(text) if pair is not None]
+    if not pairs:
+        raise NpuSmiParseError('no "key : value" lines')
+    return pairs
+
+
+def _kv_lines(text):
+    """parse_kv's pairs with None for each blank line (blank lines separate blocks)."""
     pairs = []
     for line in text.splitlines():
         if not line.strip():
+            pairs.append(None)
             continue
-        match = _KV_RE.match(line)
-        if not match:
+        # str.partition, not a regex: "\s*([^:]+?)\s*:" backtracks cubically on long blank runs.
+        key, sep, value = line.partition(':')
+        if not sep or not key:
             raise NpuSmiParseError('expected "key : value", got %r' % line.strip())
-        pairs.append((match.group(1), match.group(2)))
-    if not pairs:
-        raise NpuSmiParseError('no "key : value" lines')
+        pairs.append((key.strip(), value.strip()))
     return pairs
 
 
 def parse_blocks(text):
     """Split a per-NPU key/value listing into its header and per-chip blocks.
 
-    Listings such as `info -t ecc|usages|common -i N` print "NPU ID", "Chip Count", then
-    for each chip its fields followed by a "Chip ID" line. Listings without "Chip Count"
-    (board, single-chip health) are a header only. Keys after the last "Chip ID" (e.g. an
-    MCU block) are returned under 'trailer'.
+    Listings such as `info -t ecc|usages -i N` print "NPU ID", "Chip Count", then for each
+    chip its fields followed by a "Chip ID" line; `info -t common -i N` prints the "Chip ID"
+    line first and the chip's fields after it, each block ending at a blank line. Which of
+    the two a listing uses is read from the first line after "Chip Count". Listings without
+    "Chip Count" (board, single-chip health) are a header only. Keys after the last chip
+    block (e.g. an MCU block: "Chip Name : mcu") are returned under 'trailer'.
     """
-    pairs = parse_kv(text)
+    lines = _kv_lines(text)
+    pairs = [pair for pair in lines if pair is not None]
+    if not pairs:
+        raise NpuSmiParseError('no "key : value" lines')
     keys = [pair[0] for pair in pairs]
     if 'Chip Count' not in keys:
         return {'header': dict(pairs), 'chips': [], 'trailer': {}}
     split = keys.index('Chip Count') + 1
     header = dict(pairs[:split])
+    count_at = next(i for i, pair in enumerate(lines) if pair is not None and pair[0] == 'Chip Count')
+    body = lines[count_at + 1:]  # blank lines (None) kept: they end "Chip ID"-first blocks
+    leading = split < len(keys) and keys[split] == 'Chip ID'
     chips = []
     current = {}
-    for key, value in pairs[split:]:
+    for pair in body:
+        if pair is None:
+            if leading and chips and current is chips[-1]:
+                current = {}  # the chip's block ends: keys that follow without a "Chip ID" are a trailer
+            continue
+        key, value = pair
+        if key == 'Chip ID' and leading:
+            current = {'Chip ID': _int(value, 'Chip ID')}
+            chips.append(current)
+            continue
         current[key] = value
         if key == 'Chip ID':
             current['Chip ID'] = _int(value, 'Chip ID')
             chips.append(current)
             current = {}
+    if chips and current is chips[-1]:
+        current = {}
     return {'header': header, 'chips': chips, 'trailer': current}
 
 
@@ -305,14 +331,18 @@ def parse_ecc(text):
 
 
 def parse_usages(text):
-    """`npu-smi info -t usages -i N`: per chip id, HBM capacity and usage rates."""
+    """`npu-smi info -t usages -i N`: per chip id, HBM and DDR capacity and usage rates.
+
+    Inference cards (310P, e.g. Atlas 300I Duo) have DDR and no HBM: their HBM values are
+    None. A chip with neither capacity line is an error.
+    """
     result = {}
     for chip_id, fields in _per_chip(parse_blocks(text), 'usages').items():
         hbm = fields.get('HBM Capacity(MB)')
-        if hbm is None:
-            raise NpuSmiParseError('chip %d: no "HBM Capacity(MB)" line' % chip_id)
+        if hbm is None and fields.get('DDR Capacity(MB)') is None:
+            raise NpuSmiParseError('chip %d: no "HBM Capacity(MB)" line and no "DDR Capacity(MB)" line' % chip_id)
         result[chip_id] = {
-            'hbm_capacity_mb': _int(hbm, 'HBM Capacity(MB)'),
+            'hbm_capacity_mb': _int(hbm, 'HBM Capacity(MB)') if hbm is not None else None,
             'hbm_usage_percent': _float_or_none(fields.get('HBM Usage Rate(%)')),
             'aicore_usage_percent': _float_or_none(fields.get('Aicore Usage Rate(%)')),
             'ddr_capacity_mb': _float_or_none(fields.get('DDR Capacity(MB)')),
@@ -336,20 +366,53 @@ def parse_board(text):
     }
 
 
+def _health_fields(text):
+    """The key/value lines of a health listing, each key with its list of values.
+
+    npu-smi prints the information of the second and later errors on lines of their own
+    with an empty key ("<tab><30 spaces> : <information>"): such a line, like a line with no
+    colon or a "Failed to get error information ..." line, continues the value above it.
+    """
+    fields = {}
+    last = None
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        key, sep, value = line.partition(':')
+        if last in ('Error Code', 'Error Information'):
+            if sep and key and not key.strip():
+                fields[last].append(value.strip())
+                continue
+            if not sep or line.strip().startswith('Failed to get error information'):
+                fields[last].append(line.strip())
+                continue
+        if not sep or not key:
+            raise NpuSmiParseError('expected "key : value", got %r' % line.strip())
+        last = key.strip()
+        fields[last] = [value.strip()]
+    if not fields:
+        raise NpuSmiParseError('no "key : value" lines')
+    return fields
+
+
 def parse_health(text):
-    """`npu-smi info -t health -i N -c C` (key "Health Status") or `-i N` (key "Health")."""
-    fields = dict(parse_kv(text))
+    """`npu-smi info -t health -i N -c C` (key "Health Status") or `-i N` (key "Health").
+
+    Error information of several errors comes back as one string, the errors joined by "; ".
+    """
+    fields = _health_fields(text)
+    info_lines = [v for v in fields.pop('Error Information', []) if v and v.upper() != 'NA']
+    fields = dict((key, ' '.join(values)) for key, values in fields.items())
     health = fields.get('Health Status', fields.get('Health'))
     if health is None:
         raise NpuSmiParseError('no "Health Status" line')
     if health not in HEALTH_STATES:
         raise NpuSmiParseError('unknown health state %r' % health)
     codes = [c for c in re.split(r'[\s,;]+', fields.get('Error Code', '')) if c and c.upper() != 'NA']
-    info = fields.get('Error Information', '')
     return {
         'health': health,
         'error_codes': codes,
-        'error_information': '' if info.upper() == 'NA' else info,
+        'error_information': '; '.join(info_lines),
     }
 
 
@@ -429,15 +492,32 @@ def link_counts(topo):
     return counts
 
 
-def chip_family(chip_name, chips_per_npu=1):
+# PCI device id ("PCI Device ID" of the board listing) of the first-generation 910
+# (Atlas 800 9000 / 300T, 32 GB HBM per chip); the Atlas A2 910B is d802, the A3 d803.
+PCI_DEVICE_910 = 'd801'
+FIRST_GEN_910_HBM_MB = 32768
+
+
+def chip_family(chip_name, chips_per_npu=1, pci_device_id=None, hbm_mb=None):
     """Model family from the chip name npu-smi prints.
 
     "910B3", "Ascend 910B4", "910B4-1" -> "910B"; "910A", "Ascend 910A" -> "910A";
     "Ascend910" / "Ascend 910_9392" with two dies per NPU (Atlas A3) -> "910C";
     "310P3" -> "310P". Anything else: the name without the "Ascend" prefix.
+
+    First-generation 910 parts come in bins some drivers name "910B" too. The PCI device
+    id tells them apart (d801 first generation, d802 Atlas A2); without it, a bare "910B"
+    with at most 32 GB HBM per chip is taken as first generation (the A2 910B has 64 GB;
+    the 32 GB 910B4 has a suffixed name). The first generation is "910".
     """
     name = re.sub(r'^\s*Ascend\s*', '', chip_name or '').strip()
     match = re.match(r'^(910B|910A|310P|310B)', name)
+    if match and match.group(1) == '910B':
+        device = (pci_device_id or '').lower()
+        device = device[2:] if device.startswith('0x') else device
+        if device == PCI_DEVICE_910 or (not device and name == '910B' and hbm_mb
+                                        and hbm_mb <= FIRST_GEN_910_HBM_MB):
+            return '910'
     if match:
         return match.group(1)
     if re.match(r'^910C', name) or (re.match(r'^910(_93\d*)?$', name) and chips_per_npu == 2):

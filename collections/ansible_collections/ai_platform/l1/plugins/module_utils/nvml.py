@@ -57,11 +57,28 @@ _INIT_REASONS = {
 XID_RE = re.compile(
     r"NVRM: Xid \(PCI:([0-9a-fA-F]+):([0-9a-fA-F]+):([0-9a-fA-F]+)(?:\.[0-9a-fA-F]+)?\): (\d+),\s*(.*)"
 )
+# NVSwitch errors: "nvidia-nvswitch0: SXid (PCI:0000:c5:00.0): 24007, Fatal, Link 44 ...".
+SXID_RE = re.compile(
+    r"nvidia-nvswitch\d*: SXid \(PCI:([0-9a-fA-F]+):([0-9a-fA-F]+):([0-9a-fA-F]+)(?:\.[0-9a-fA-F]+)?\): (\d+),\s*(.*)"
+)
+# The lines after an SXid's first one ("..., Severity 0 Engine ...", "..., Data {...}") are its details.
+_SXID_DETAIL_RE = re.compile(r"^(?:Severity \d|Data \{)")
+# A GPU that fell off the bus is not always reported with an Xid token:
+# "NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus." It counts as XID 79, which says the same.
+FALLEN_OFF_BUS_XID = 79
+_PCI_ADDRESS_RE = re.compile(r"(?:PCI:)?([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\b")
 _ISO_RE = re.compile(
     r"^(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d+))?(Z|[+-]\d\d:?\d\d)?"
 )
 _SYSLOG_RE = re.compile(r"^([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d) ")
 _DMESG_REL_RE = re.compile(r"^\[\s*(\d+\.\d+)\]")
+# `dmesg -T`: "[Tue Dec  1 10:00:00 2026] ..." (local time).
+_DMESG_CTIME_RE = re.compile(r"^\[[A-Z][a-z]{2} ([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d) (\d{4})\]")
+# What may stand before a dmesg time: a raw priority ("<4>", dmesg -r), the facility and level
+# of `dmesg --decode` ("kern  :warn  : "), a bare syslog "kernel: " tag.
+_KERNEL_PREFIX_RE = re.compile(r"^(?:<\d{1,3}>)?(?:[a-z]+ *:[a-z]+ *: ?)?(?:kernel: *)?")
+# Latest time accepted (9999-12-30): later ones cannot be shown as dates.
+_MAX_STAMP = 253402128000.0
 _MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
 
 
@@ -467,18 +484,54 @@ def _syslog_stamp(m, now):
     return stamp
 
 
-def parse_timestamp(line, now=None, boot_time=None):
-    """Epoch seconds of a kernel log line (ISO, syslog or dmesg [uptime] form), or None."""
+def _ctime_stamp(m):
+    if m.group(1) not in _MONTHS:
+        return None
+    try:
+        return time.mktime(
+            (int(m.group(6)), _MONTHS.index(m.group(1)) + 1, int(m.group(2)), int(m.group(3)),
+             int(m.group(4)), int(m.group(5)), 0, 0, -1)
+        )
+    except (OverflowError, ValueError):
+        return None
+
+
+def _sane(stamp):
+    """stamp when it is a time a date can show (0 .. year 9999), else None."""
+    if stamp is None or not 0 <= stamp <= _MAX_STAMP:  # also false for NaN
+        return None
+    return stamp
+
+
+def _stamp(line, now, boot_time):
     m = _ISO_RE.match(line)
     if m:
         return _iso_stamp(m)
     m = _SYSLOG_RE.match(line)
     if m and m.group(1) in _MONTHS:
         return _syslog_stamp(m, now)
+    line = line[_KERNEL_PREFIX_RE.match(line).end():]
+    m = _DMESG_CTIME_RE.match(line)
+    if m:
+        return _ctime_stamp(m)
     m = _DMESG_REL_RE.match(line)
     if m and boot_time is not None:
         return boot_time + float(m.group(1))
+    m = _ISO_RE.match(line)  # `dmesg --decode --time-format iso`
+    if m:
+        return _iso_stamp(m)
     return None
+
+
+def parse_timestamp(line, now=None, boot_time=None):
+    """Epoch seconds of a kernel log line, or None.
+
+    Forms: ISO 8601, syslog ("May  1 10:15:45 host kernel: ..."), and the dmesg ones
+    ("[  123.456]" uptime, "[Tue Dec  1 10:00:00 2026]" of dmesg -T), also after a raw
+    priority ("<4>"), the facility and level of dmesg --decode ("kern  :warn  : ") or a
+    bare "kernel: " tag. A time outside 1970..9999 (a garbled uptime) is None.
+    """
+    return _sane(_stamp(line, now, boot_time))
 
 
 def parse_xid_lines(entries, since=None):
@@ -487,25 +540,59 @@ def parse_xid_lines(entries, since=None):
     Lines without a readable time are kept: they cannot be shown to be old.
     """
     found = []
-    for stamp, text in entries:
-        m = XID_RE.search(text)
-        if not m:
+    last_fallen = {}  # PCI key -> stamp of its latest XID 79
+    for raw_stamp, text in entries:
+        match = _xid_match(text)
+        if match is None:
             continue
+        kind, address, code, message = match
+        stamp = _sane(raw_stamp)
         if since is not None and stamp is not None and stamp < since:
             continue
-        domain, bus, dev = (int(x, 16) for x in m.group(1, 2, 3))
-        found.append(
-            {
-                "xid": int(m.group(4)),
-                "pci_bus_id": "%08X:%02X:%02X.0" % (domain, bus, dev),
-                "message": m.group(5).strip(),
-                "timestamp": ""
-                if stamp is None
-                else datetime.fromtimestamp(stamp, timezone.utc).isoformat(),
-                "_key": (domain, bus, dev),
-            }
-        )
+        domain, bus, dev = (int(x, 16) for x in address)
+        key = (domain, bus, dev)
+        if kind == "fallen":
+            previous = last_fallen.get(key, False)
+            # The driver often prints the Xid 79 line and this one for the same event.
+            if previous is not False and (previous is None or stamp is None or abs(stamp - previous) <= 60):
+                continue
+        if kind != "sxid" and code == FALLEN_OFF_BUS_XID:
+            last_fallen[key] = stamp
+        entry = {
+            "xid": code,
+            "pci_bus_id": "%08X:%02X:%02X.0" % (domain, bus, dev),
+            "message": message,
+            "timestamp": "" if stamp is None else datetime.fromtimestamp(stamp, timezone.utc).isoformat(),
+            "_key": key,
+        }
+        if kind == "sxid":
+            entry["_kind"] = "sxid"
+        found.append(entry)
     return found
+
+
+def _xid_match(text):
+    """(kind, (domain, bus, device) hex strings, code, message) of an XID-like line, or None.
+
+    kind: "xid" (NVRM: Xid), "fallen" (a fallen-off-the-bus line without an Xid, as XID 79)
+    or "sxid" (an NVSwitch SXid; its detail lines are not counted again).
+    """
+    m = XID_RE.search(text)
+    if m:
+        return "xid", m.group(1, 2, 3), int(m.group(4)), m.group(5).strip()
+    m = SXID_RE.search(text)
+    if m:
+        message = m.group(5).strip()
+        if _SXID_DETAIL_RE.match(message):
+            return None
+        return "sxid", m.group(1, 2, 3), int(m.group(4)), message
+    where = text.find("NVRM: ")
+    if where >= 0 and "fallen off the bus" in text:
+        rest = text[where + len("NVRM: "):]
+        m = _PCI_ADDRESS_RE.search(rest)
+        if m:
+            return "fallen", m.group(1, 2, 3), FALLEN_OFF_BUS_XID, rest.strip()
+    return None
 
 
 def _boot_time():
@@ -539,12 +626,14 @@ def _journal(runner, since):
             rec = json.loads(line)
         except ValueError:
             continue
+        if not isinstance(rec, dict):
+            continue  # not a journal record (journalctl -o json prints one object a line)
         msg = rec.get("MESSAGE")
         if isinstance(msg, list):  # journald sends non-UTF-8 messages as byte arrays
             msg = bytes(b & 0xFF for b in msg if isinstance(b, int)).decode("utf-8", "replace")
         try:
-            stamp = int(rec.get("__REALTIME_TIMESTAMP")) / 1e6
-        except (TypeError, ValueError):
+            stamp = _sane(int(rec.get("__REALTIME_TIMESTAMP")) / 1e6)
+        except (TypeError, ValueError, OverflowError):
             stamp = None
         entries.append((stamp, _text(msg)))
     return entries
@@ -636,6 +725,23 @@ def _gpu_problems(gpu, xid_ignore):
     return problems
 
 
+def _sxid_problems(sxids, xid_ignore):
+    """One problem per NVSwitch and SXid code (codes in xid_ignore left out), as for GPU XIDs."""
+    seen = {}
+    for sxid in sxids:
+        if sxid["xid"] not in xid_ignore:
+            seen.setdefault((sxid["pci_bus_id"], sxid["xid"]), []).append(sxid)
+    problems = []
+    for pci, code in sorted(seen):
+        events = seen[(pci, code)]
+        last = events[-1]
+        problems.append(
+            "NVSwitch (%s): SXid %d seen %d time(s), last %s: %s"
+            % (pci, code, len(events), last["timestamp"] or "at an unknown time", last["message"])
+        )
+    return problems
+
+
 def health(result, xid_ignore):
     problems = []
     for gpu in result["gpus"]:
@@ -645,6 +751,7 @@ def health(result, xid_ignore):
             problems.append(
                 "XID %d on PCI %s, a device NVML does not list: %s" % (xid["xid"], xid["pci_bus_id"], xid["message"])
             )
+    problems.extend(_sxid_problems(result.get("_sxids", []), xid_ignore))
     for err in result.get("_system_errors", []):
         problems.append("NVML query failed: %s" % err)
     fm = result["fabric_manager"]
@@ -682,8 +789,12 @@ def gpu_info(
         warnings.append(error)
     by_pci = {normalize_pci(g["pci_bus_id"]): g for g in result["gpus"] if g["pci_bus_id"]}
     orphans = []
+    sxids = []
     for xid in xids:
         key = xid.pop("_key")
+        if xid.pop("_kind", "xid") == "sxid":
+            sxids.append(xid)  # NVSwitch errors: health problems, no GPU's xid_errors
+            continue
         gpu = by_pci.get(key)
         if gpu is None:
             orphans.append(xid)
@@ -692,6 +803,7 @@ def gpu_info(
     for gpu in result["gpus"]:
         gpu["xid_errors"] = gpu["xid_errors"][-XID_LIMIT_PER_GPU:]
     result["_orphan_xids"] = orphans
+    result["_sxids"] = sxids
     if result["fabric_manager"]["required"]:
         result["fabric_manager"]["state"] = fabric_manager_state(fabric_manager_service, runner)
     result["health"] = health(result, xid_ignore)

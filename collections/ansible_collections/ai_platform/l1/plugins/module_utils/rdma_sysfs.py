@@ -16,16 +16,27 @@ _TCLASS = re.compile(r'^Global tclass=(-?\d+)$')
 
 
 def read_value(path):
-    """The stripped content of a sysfs attribute, or None when it cannot be read."""
+    """The stripped content of a sysfs attribute, or None when it cannot be read.
+
+    Content that is not UTF-8 text (a broken driver, a corrupt file) raises ValueError
+    naming the file: guessing a value there would compare or configure the wrong thing.
+    """
     try:
-        with open(path) as handle:
-            return handle.read().strip()
+        with open(path, 'rb') as handle:
+            data = handle.read()
     except (IOError, OSError):
         return None
+    try:
+        return data.decode('utf-8').strip()
+    except UnicodeDecodeError:
+        raise ValueError('%s does not hold text (%r): is the driver broken?' % (path, data[:32])) from None
 
 
 def read_setting(path):
-    """read_value, with mlx5's `Global tclass=N` (tc/1/traffic_class) read as N, as it is written."""
+    """read_value, with mlx5's `Global tclass=N` (tc/1/traffic_class) read as N, as it is written.
+
+    Raises ValueError as read_value does.
+    """
     value = read_value(path)
     m = _TCLASS.match(value or '')
     return m.group(1) if m else value

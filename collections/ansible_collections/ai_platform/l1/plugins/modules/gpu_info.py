@@ -21,6 +21,11 @@ description:
     (C(nvmlDeviceGetNvLinkRemoteDeviceType) and C(nvmlDeviceGetP2PStatus) with the NVLink index).
   - "Reads recent XID errors from the kernel log (C(NVRM: Xid) lines), because NVML events
     cannot look back in time, and the NVIDIA fabric manager's systemd state where NVSwitch is present."
+  - "A C(NVRM:) line saying a GPU has fallen off the bus without an Xid token
+    (C(NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.)) counts as XID 79, once per event
+    when the driver also printed the Xid 79 line. NVSwitch errors
+    (C(nvidia-nvswitch0: SXid (PCI:0000:c5:00.0): 24007, Fatal, ...)) are health problems of the NVSwitch;
+    their detail lines (C(Severity ...), C(Data {...})) are not counted again."
   - On a node without the NVML library or with the kernel driver not loaded it returns
     RV(gpu_info.present=false) with a reason, unless O(required=true).
   - Never changes anything.
@@ -41,18 +46,20 @@ options:
     default: auto
   xid_log_path:
     description:
-      - Kernel log file to read when O(xid_source=file). Lines in ISO 8601, traditional syslog
-        or dmesg C([uptime]) form are understood.
+      - Kernel log file to read when O(xid_source=file). Lines in ISO 8601, traditional syslog,
+        dmesg C([uptime]) or C(dmesg -T) C([Tue Dec  1 10:00:00 2026]) form are understood, also
+        after a C(<4>) priority, the C(kern  :warn  :) of C(dmesg --decode) or a bare C(kernel:) tag.
     type: path
   xid_window:
     description:
       - Only XID errors from the last this many seconds count. C(0) reads the whole log.
-      - Lines without a readable time are always kept.
+      - Lines without a readable time (none, or one outside 1970..9999) are always kept.
     type: int
     default: 86400
   xid_ignore:
     description:
       - XID codes listed in RV(gpu_info.gpus[].xid_errors) but not counted as a health problem.
+        NVSwitch SXid codes listed here are not counted either.
       - The default is the set of application-caused XIDs the NVIDIA device plugin ignores.
     type: list
     elements: int
@@ -209,7 +216,8 @@ gpu_info:
           type: dict
         xid_errors:
           description: XID errors of this GPU in the window, oldest first, at most 100
-            (C(xid), C(pci_bus_id), C(message), C(timestamp) in ISO 8601 or empty).
+            (C(xid), C(pci_bus_id), C(message), C(timestamp) in ISO 8601 or empty). A fallen-off-the-bus
+            line without an Xid is listed as C(xid) 79 with the line's text as C(message).
           type: list
           elements: dict
         errors:
@@ -219,8 +227,9 @@ gpu_info:
     health:
       description: C(ok) is false when C(problems) is not empty. Problems are volatile double-bit
         ECC errors, row-remapping failure or pending, pending page retirement, XID errors not in
-        O(xid_ignore) (also on devices NVML no longer lists), failed NVML queries, and a fabric
-        manager that is not running where NVSwitch is present.
+        O(xid_ignore) (also on devices NVML no longer lists), NVSwitch SXid errors not in
+        O(xid_ignore) (fatal and non-fatal), failed NVML queries, and a fabric manager that is not
+        running where NVSwitch is present.
       type: dict
       contains:
         ok:

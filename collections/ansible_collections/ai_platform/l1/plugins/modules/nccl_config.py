@@ -14,6 +14,11 @@ description:
   - Discovers the RDMA devices under C(<sysfs_root>/class/infiniband) whose port 1 is active,
     their interfaces, and the RoCE v2 GID index (the first RoCE v2 entry with an IPv4-mapped
     address, which is what NCCL needs on routed RoCE fabrics).
+  - C(NCCL_IB_GID_INDEX) applies to every HCA NCCL uses, so the discovered C(NCCL_IB_HCA) holds
+    ports of one link layer only. Where any active port is Ethernet (RoCE), those are taken; the
+    first one with an IPv4 RoCE v2 GID gives the GID index, and only Ethernet ports with a RoCE v2
+    IPv4 GID at that same index are used. Otherwise the active InfiniBand ports are used, with no
+    GID index. The active ports left out are named in a warning.
   - Writes C(NCCL_IB_HCA), C(NCCL_IB_GID_INDEX) (Ethernet link layer only), C(NCCL_SOCKET_IFNAME)
     and the tuned values of O(settings) to O(path), one C(KEY=VALUE) per line, sorted.
   - Debug variables (C(NCCL_DEBUG), C(NCCL_DEBUG_SUBSYS), C(NCCL_DEBUG_FILE)) are refused, as they
@@ -28,11 +33,14 @@ options:
     type: path
     default: /sys
   hca:
-    description: RDMA devices for C(NCCL_IB_HCA); discovered (active ports) when not given.
+    description:
+      - RDMA devices for C(NCCL_IB_HCA); discovered (active ports of one link layer, see above) when not given.
+      - Without O(gid_index), the devices given must share a link layer and, for Ethernet, have their
+        IPv4 RoCE v2 GID at the index of the first one.
     type: list
     elements: str
   gid_index:
-    description: C(NCCL_IB_GID_INDEX); discovered from the first HCA's RoCE v2 GIDs when not given.
+    description: C(NCCL_IB_GID_INDEX); discovered from the first Ethernet HCA's RoCE v2 GIDs when not given.
     type: int
   socket_ifname:
     description: C(NCCL_SOCKET_IFNAME); the first HCA's interface when not given.
@@ -113,9 +121,61 @@ def discover(sysfs_root):
     return out
 
 
-def build(p, devices):
-    by = dict((d['ib'], d) for d in devices)
-    hca = p['hca'] or [d['ib'] for d in devices if d['active']]
+def _no_ipv4_gid(device):
+    return ValueError('%s has no RoCE v2 GID with an IPv4 address (is %s configured?); set gid_index'
+                      % (device['ib'], device['netdev']))
+
+
+def discovered_hca(devices, gid_index, warnings):
+    """Active ports of one link layer, as NCCL_IB_GID_INDEX applies to all of them.
+
+    Ethernet (RoCE) ports first: without a given gid_index, those whose IPv4 RoCE v2 GID sits
+    at the index of the first one that has one. Else the InfiniBand ports. Ports left out are
+    added to warnings.
+    """
+    active = [d for d in devices if d['active']]
+    ethernet = [d for d in active if d['link_layer'] == 'Ethernet']
+    chosen = ethernet or active
+    if ethernet and gid_index is None:
+        with_gid = [d for d in ethernet if d['gid_index'] is not None]
+        if not with_gid:
+            raise _no_ipv4_gid(ethernet[0])
+        chosen = [d for d in ethernet if d['gid_index'] == with_gid[0]['gid_index']]
+    for d in active:
+        if d in chosen:
+            continue
+        if d['link_layer'] != chosen[0]['link_layer']:
+            why = 'its link layer is %s, not %s' % (d['link_layer'] or 'unknown', chosen[0]['link_layer'])
+        elif d['gid_index'] is None:
+            why = 'it has no RoCE v2 GID with an IPv4 address'
+        else:
+            why = 'its IPv4 RoCE v2 GID is at index %d, not %d' % (d['gid_index'], chosen[0]['gid_index'])
+        warnings.append('NCCL_IB_HCA leaves out the active port of %s: %s' % (d['ib'], why))
+    return [d['ib'] for d in chosen]
+
+
+def _check_given_hca(hca, by):
+    """Given HCAs without a given gid_index: one link layer, and for RoCE one GID index."""
+    layers = sorted(set(by[h]['link_layer'] for h in hca))
+    if len(layers) > 1:
+        raise ValueError('hca %s mixes link layers (%s) but NCCL_IB_GID_INDEX applies to all of them; '
+                         'choose ports of one link layer or set gid_index' % (hca, ', '.join(layers)))
+    first = by[hca[0]]
+    if first['link_layer'] != 'Ethernet':
+        return
+    if first['gid_index'] is None:
+        raise _no_ipv4_gid(first)
+    other = [h for h in hca if by[h]['gid_index'] != first['gid_index']]
+    if other:
+        raise ValueError('hca %s: no IPv4 RoCE v2 GID at index %d, the one of %s; set gid_index or choose other hca'
+                         % (other, first['gid_index'], first['ib']))
+
+
+def _hca(p, devices, by, warnings):
+    """The HCAs for NCCL_IB_HCA: the given ones (checked) or those discovered."""
+    hca = p['hca']
+    if not hca and any(d['active'] for d in devices):
+        hca = discovered_hca(devices, p['gid_index'], warnings)
     if not hca:
         raise ValueError('no RDMA device with an active port under %s/class/infiniband; set hca to choose'
                          % p['sysfs_root'])
@@ -123,6 +183,15 @@ def build(p, devices):
     if unknown:
         raise ValueError('hca %s not found under %s/class/infiniband (have: %s)'
                          % (unknown, p['sysfs_root'], ', '.join(sorted(by)) or 'none'))
+    if p['hca'] and p['gid_index'] is None:
+        _check_given_hca(hca, by)
+    return hca
+
+
+def build(p, devices, warnings=None):
+    warnings = [] if warnings is None else warnings
+    by = dict((d['ib'], d) for d in devices)
+    hca = _hca(p, devices, by, warnings)
     first = by[hca[0]]
     config = dict(TUNED)
     for key, value in (p['settings'] or {}).items():
@@ -143,8 +212,7 @@ def build(p, devices):
         config['NCCL_IB_GID_INDEX'] = str(p['gid_index'])
     elif first['link_layer'] == 'Ethernet':
         if first['gid_index'] is None:
-            raise ValueError('%s has no RoCE v2 GID with an IPv4 address (is %s configured?); set gid_index'
-                             % (first['ib'], first['netdev']))
+            raise _no_ipv4_gid(first)
         config['NCCL_IB_GID_INDEX'] = str(first['gid_index'])
     return config
 
@@ -163,10 +231,13 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
+    warnings = []
     try:
-        config = build(p, discover(p['sysfs_root']))
+        config = build(p, discover(p['sysfs_root']), warnings)
     except ValueError as exc:
         module.fail_json(msg=str(exc))
+    for warning in warnings:
+        module.warn(warning)
     content = HEADER + ''.join('%s=%s\n' % kv for kv in sorted(config.items()))
     try:
         with open(p['path']) as handle:

@@ -102,6 +102,7 @@ npu_info:
       sample: "Ascend 910B3"
     chip_model:
       description: Model family (910A, 910B, 910C, 310P, ...), see the module_utils npu_smi.chip_family.
+        C(910) is a first-generation 910 (PCI device id C(d801)), also when npu-smi names it C(910B).
       type: str
       sample: "910B"
     npu_count:
@@ -117,7 +118,8 @@ npu_info:
       type: int
       sample: 1
     hbm_total_mb:
-      description: HBM per chip in MB (the smallest across chips).
+      description: HBM per chip in MB (the smallest across chips); 0 on chips without HBM
+        (310P inference cards such as the Atlas 300I Duo have DDR only).
       type: int
       sample: 65536
     topology:
@@ -129,7 +131,8 @@ npu_info:
       type: dict
       sample: {"HCCS": 28}
     chips:
-      description: One entry per compute chip, in logic id order.
+      description: One entry per compute chip, in logic id order. C(error_information) holds the
+        information of every error code, joined by C(; ); C(hbm_used_mb) is null on chips without HBM.
       type: list
       elements: dict
       sample:
@@ -182,13 +185,18 @@ def empty_result(reason):
 
 
 def read_key(path, key):
-    """Value of `key=value` in an Ascend .info file; '' when the file or key is missing."""
+    """Value of `key=value` in an Ascend .info file; '' when the file or key is missing.
+
+    A value that is not UTF-8 text counts as missing (callers fall back to what npu-smi
+    says); other lines may hold anything.
+    """
     try:
-        with open(path) as handle:
+        with open(path, encoding='utf-8', errors='replace') as handle:
             for line in handle:
                 name, sep, value = line.partition('=')
                 if sep and name.strip() == key:
-                    return value.strip()
+                    value = value.strip()
+                    return '' if '\ufffd' in value else value
     except (OSError, IOError):
         pass
     return ''
@@ -324,6 +332,7 @@ def discover(module, smi, ascend_root):
         chips.append(entry)
         problems.extend(chip_problems(entry))
 
+    node_hbm = min(c['hbm_total_mb'] for c in chips)
     chips_per_npu = max(len([c for c in compute if c['npu_id'] == n['npu_id']]) for n in listing['npus'])
     firmware = read_key(os.path.join(ascend_root, 'firmware', 'version.info'), 'Version')
     result = empty_result('')
@@ -335,11 +344,13 @@ def discover(module, smi, ascend_root):
         'firmware_version': firmware or (npus[0]['firmware_version'] if npus else ''),
         'cann_version': cann_version(ascend_root),
         'chip_name': compute[0]['chip_name'],
-        'chip_model': npu_smi.chip_family(compute[0]['chip_name'], chips_per_npu),
+        # The device id and HBM size tell a first-generation 910 from a 910B of the same name.
+        'chip_model': npu_smi.chip_family(compute[0]['chip_name'], chips_per_npu,
+                                          npus[0]['pci_device_id'] if npus else None, node_hbm),
         'npu_count': len(listing['npus']),
         'chip_count': len(compute),
         'chips_per_npu': chips_per_npu,
-        'hbm_total_mb': min(c['hbm_total_mb'] for c in chips),
+        'hbm_total_mb': node_hbm,
         'topology': npu_smi.classify_topology(topo),
         'topology_links': npu_smi.link_counts(topo),
         'chips': chips,

@@ -19,6 +19,7 @@ description:
   - Sets the port's RoCE traffic class (C(<sysfs_root>/class/infiniband/IB/tc/1/traffic_class)).
   - The RDMA device IB is the one whose C(device/net) holds the interface.
   - Writes only values that differ; reports each with before and after.
+  - Fails before writing anything when a file it compares does not hold text (a broken driver).
 options:
   interface:
     description: Network interface of the RoCE port.
@@ -97,6 +98,14 @@ def wanted_files(p, ib):
     return files
 
 
+def read_setting(module, path, context, changes):
+    """rdma_sysfs.read_setting; a file that does not hold text fails the module."""
+    try:
+        return rdma_sysfs.read_setting(path)
+    except ValueError as exc:
+        module.fail_json(msg='%s%s' % (context, exc), changes=changes)
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -125,9 +134,13 @@ def main():
         module.fail_json(msg='%s has no ECN controls (%s); is it an mlx5 port?' % (p['interface'], ecn_dir),
                          changes=[])
 
+    wanted = sorted(wanted_files(p, ib).items())
+    # Every current value is read before anything is written: an unreadable one refuses the whole change.
+    current = dict((path, read_setting(module, path, 'cannot read the current settings of %s: '
+                                       % p['interface'], [])) for path, _value in wanted)
     before, after, changes = {}, {}, []
-    for path, value in sorted(wanted_files(p, ib).items()):
-        old = rdma_sysfs.read_setting(path)
+    for path, value in wanted:
+        old = current[path]
         before[path], after[path] = old, value
         if old == value:
             continue
@@ -144,7 +157,7 @@ def main():
         except (IOError, OSError) as exc:
             hint = ' (is configfs mounted and rdma_cm loaded?)' if exc.errno == errno.ENOENT else ''
             module.fail_json(msg='cannot write %s to %s: %s%s' % (value, path, exc, hint), changes=changes)
-        got = rdma_sysfs.read_setting(path)
+        got = read_setting(module, path, 'after writing %s: ' % value, changes)
         if got != value:
             module.fail_json(msg='%s reads %s after writing %s' % (path, got, value), changes=changes)
     result = dict(changed=bool(changes), ib_device=ib, changes=changes)
