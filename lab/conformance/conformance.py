@@ -102,8 +102,9 @@ def e2e_base() -> str:
         # tool (agnhost's netcat-openbsd, curl, bind-tools, iproute2, bash): those stay Debian's.
         subprocess.run(["chroot", str(rootfs), "/bin/busybox", "--install", "-s", "/usr/local/bin"], check=True)
         for link in (rootfs / "usr" / "local" / "bin").iterdir():
-            if link.is_symlink() and any((rootfs / d / link.name).exists() for d in ("bin", "sbin", "usr/bin",
-                                                                                   "usr/sbin")):
+            # lexists: Debian's tools are often links to /etc/alternatives, absolute in the rootfs
+            if link.is_symlink() and any(os.path.lexists(rootfs / d / link.name)
+                                         for d in ("bin", "sbin", "usr/bin", "usr/sbin")):
                 link.unlink()
         # agnhost's image defines these (security-context tests look them up).
         with open(rootfs / "etc" / "passwd", "a") as fh:
@@ -113,7 +114,7 @@ def e2e_base() -> str:
         for d in ("uploads", "var/log/apache2", "var/log/nginx", "run/apache2", "var/lock/apache2"):
             (rootfs / d).mkdir(parents=True, exist_ok=True)
 
-    return k8sbuild.ensure_debian_base("e2e-base", BASE_PACKAGES, customize, {"customize": 2})
+    return k8sbuild.ensure_debian_base("e2e-base", BASE_PACKAGES, customize, {"customize": 3})
 
 
 def image_recipes(agnhost: Path, porter: Path, base: str) -> dict[str, k8sbuild.ImageRecipe]:
@@ -124,7 +125,9 @@ def image_recipes(agnhost: Path, porter: Path, base: str) -> dict[str, k8sbuild.
     return {
         f"{E2E_REPO}/agnhost:{AGNHOST_TAG}": ir(
             "e2e-agnhost", "e2e/agnhost", AGNHOST_TAG,
-            {"/agnhost": agnhost, **{f"/localhost.{ext}": porter / f"localhost.{ext}" for ext in ("crt", "key")}},
+            # /agnhost-2 is a link upstream; tests run it by that name
+            {"/agnhost": agnhost, "/agnhost-2": agnhost,
+             **{f"/localhost.{ext}": porter / f"localhost.{ext}" for ext in ("crt", "key")}},
             ["/agnhost"], base=base, cmd=["pause"]),
         f"{E2E_REPO}/busybox:1.37.0-1": ir("e2e-busybox", "e2e/busybox", "1.37.0-1", {}, [], base=base, cmd=["sh"]),
         f"{E2E_REPO}/jessie-dnsutils:1.7": ir("e2e-dnsutils", "e2e/jessie-dnsutils", "1.7", {}, [], base=base,
@@ -167,9 +170,8 @@ def forget_cached_images() -> None:
         return  # no lab up: nothing cached
     for node in json.loads(proc.stdout or "[]"):
         subprocess.run([*LABCTL, "ssh", node["host"],
-                        f"crictl images -o json | python3 -c \"import json, sys; print('\\n'.join(t for i in "
-                        f"json.load(sys.stdin)['images'] for t in i.get('repoTags') or [] if '/{E2E_REPO}/' in t))\" "
-                        "| xargs -r crictl rmi"], capture_output=True, text=True, check=False, timeout=120)
+                        f"ctr -n k8s.io images ls -q | grep '/{E2E_REPO}/' | xargs -r ctr -n k8s.io images rm"],
+                       capture_output=True, text=True, check=False, timeout=120)
 
 
 def repo_list(path: Path) -> Path:
