@@ -491,6 +491,7 @@ class ImageRecipe:
     base: str = "scratch"
     user: str = ""
     cmd: list[str] = field(default_factory=list)
+    links: dict[str, str] = field(default_factory=dict)  # path in image -> symlink target
 
     @property
     def ref(self) -> str:
@@ -504,7 +505,7 @@ def rootfs_tar(dest: Path, recipe: ImageRecipe) -> None:
             ti = tarfile.TarInfo(name)
             ti.type, ti.mode, ti.mtime = tarfile.DIRTYPE, mode, FIXED_MTIME
             tf.addfile(ti)
-        parents = {Path(f.lstrip("/")).parent for f in recipe.files}
+        parents = {Path(f.lstrip("/")).parent for f in (*recipe.files, *recipe.links)}
         for name in sorted({str(p) for q in parents for p in [q, *q.parents] if str(p) != "."}):
             add_dir(name, 0o755)
         if recipe.base == "scratch":
@@ -514,6 +515,10 @@ def rootfs_tar(dest: Path, recipe: ImageRecipe) -> None:
             ti.size, ti.mode, ti.mtime = src.stat().st_size, 0o755, FIXED_MTIME
             with open(src, "rb") as fh:
                 tf.addfile(ti, fh)
+        for dest_path, target in sorted(recipe.links.items()):
+            ti = tarfile.TarInfo(dest_path.lstrip("/"))
+            ti.type, ti.linkname, ti.mode, ti.mtime = tarfile.SYMTYPE, target, 0o777, FIXED_MTIME
+            tf.addfile(ti)
 
 
 def build_image(recipe: ImageRecipe) -> dict:
@@ -526,7 +531,8 @@ def build_image(recipe: ImageRecipe) -> dict:
         lines.append(f"CMD {json.dumps(recipe.cmd)}")
     containerfile = "\n".join(lines) + "\n"
     key = digest({"containerfile": containerfile, "base": recipe.base,
-                  "files": {d: sha256_file(p) for d, p in recipe.files.items()}, "rev": RECIPE_REVISION})
+                  "files": {d: sha256_file(p) for d, p in recipe.files.items()}, "rev": RECIPE_REVISION,
+                  **({"links": recipe.links} if recipe.links else {})})
     if image_label(recipe.ref) == key:
         return {"image": recipe.ref, "cached": True}
     t0 = time.monotonic()
