@@ -69,10 +69,6 @@ FOCUS = [
 ]
 # Conformance tests of those areas the lab cannot run, and why. Everything else must pass.
 SKIPS = {
-    # A NodePort reached through a node's external address needs the address type ExternalIP,
-    # which bare-metal kubelets without a cloud provider do not report.
-    r"should be able to change the type from ExternalName to NodePort": "NodePort through an ExternalIP",
-    r"should provide DNS for the cluster \[Provider:GCE\]": "GCE only",
     # `sh -c env` in the busybox image must print variables whose names are not shell identifiers
     # (data-1): upstream's busybox image does; the ash of Debian's busybox (1.35 here, 1.37 in
     # trixie, both tried) drops them. An image the lab cannot build, not a cluster fault.
