@@ -139,7 +139,7 @@ def _label_problems(labels):
     problems = []
     for raw_key, value in labels.items():
         key = str(raw_key)
-        prefix, _, name = key.rpartition('/')
+        prefix, _slash, name = key.rpartition('/')
         if not LABEL_NAME_RE.match(name) or (prefix and not NODE_NAME_RE.match(prefix)):
             problems.append(f'key {key!r} is not a label key ([DNS prefix/]name, name at most 63 characters)')
         if not isinstance(value, str):
