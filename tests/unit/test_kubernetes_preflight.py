@@ -12,7 +12,7 @@ import json
 
 import pytest
 import yaml
-from test_validation_play import ROOT, run_playbook
+from test_validation_play import ROOT, SAMPLE_SECRET, run_playbook
 
 MANIFEST = ROOT / "artifacts" / "manifest.yml"
 PREFLIGHT_PLAY = "Kubernetes preflight"
@@ -39,7 +39,7 @@ def kubeadm_version():
 
 
 def refusal(tmp_path, *extra):
-    proc, report = run_playbook("playbooks/site.yml", ROOT / "inventories" / "sample", *extra)
+    proc, report = run_playbook("playbooks/site.yml", ROOT / "inventories" / "sample", *SAMPLE_SECRET, *extra)
     if report is None:
         pytest.fail(f"no JSON report (rc={proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     plays = [p["play"]["name"] for p in report["plays"]]
