@@ -41,13 +41,22 @@ def main(argv: list[str]) -> int:
     die_with_parent()
     if os.getppid() != parent:  # the parent died before the request took effect
         return 143
-    child = subprocess.Popen(command, preexec_fn=die_with_parent)  # noqa: S603, PLW1509 (prctl only)
+    # Handlers first: a signal that arrives while the child starts is passed on once it runs.
+    running: list[subprocess.Popen] = []
+    pending: list[int] = []
 
     def forward(signum, _frame):
-        child.send_signal(signum)
+        if running:
+            running[0].send_signal(signum)
+        else:
+            pending.append(signum)
 
     for sig in FORWARDED:
         signal.signal(sig, forward)
+    child = subprocess.Popen(command, preexec_fn=die_with_parent)  # noqa: S603, PLW1509 (prctl only)
+    running.append(child)
+    for signum in pending:
+        child.send_signal(signum)
     rc = child.wait()
     if os.getppid() != parent:
         # Whoever ran us is gone: record the end, or the run looks as if it never finished.

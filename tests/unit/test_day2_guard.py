@@ -55,11 +55,16 @@ def test_the_playbook_dies_with_a_sigkilled_runner_and_the_run_gets_a_status(tmp
 
 
 def test_signals_from_the_runner_reach_the_playbook_and_its_rc_comes_back(tmp_path):
+    ready = tmp_path / "ready"
     guard = subprocess.Popen([sys.executable, str(GUARD), str(tmp_path / "a"), "--", sys.executable, "-c",
                               "import signal, sys, time\n"
                               "signal.signal(signal.SIGTERM, lambda *a: sys.exit(7))\n"
+                              f"open({str(ready)!r}, 'w').close()\n"
                               "time.sleep(60)"])
-    time.sleep(1.0)
+    end = time.monotonic() + 15
+    while not ready.exists():  # the playbook runs: the guard forwards from here on
+        assert time.monotonic() < end, "the playbook stand-in did not start"
+        time.sleep(0.05)
     guard.send_signal(signal.SIGTERM)  # ansible-runner's cancel or timeout
     assert guard.wait(timeout=15) == 7
     assert not (tmp_path / "a" / "status").exists()  # the runner is alive: it records the outcome

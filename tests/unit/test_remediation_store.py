@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from ai_l1_day2.remediation.executor import SubprocessExecutor
@@ -184,6 +185,10 @@ def test_executor_reads_outcome_from_artifacts_and_checks_pid(tmp_path):
     # a live process counts only when its command line names this job's directory
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", str(ex.job_dir(7))])
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    end = time.monotonic() + 10
+    while str(ex.job_dir(7)).encode() not in Path(f"/proc/{proc.pid}/cmdline").read_bytes():
+        assert time.monotonic() < end, "the stand-in did not start"
+        time.sleep(0.01)
     try:
         assert ex.alive({"id": 7, "pid": proc.pid}) is True
         # a recorded pid that is some other process (recycled) does not make a job alive
@@ -285,8 +290,14 @@ def orphan_run(ex: SubprocessExecutor, job_id: int, seconds: float) -> subproces
     """What a SIGKILLed child leaves: ansible-playbook in its own session, naming the job's
     extravars file (-e @JOB_DIR/runs/<ident>/env/extravars), reparented away from us."""
     extravars = ex.job_dir(job_id).resolve() / "runs" / "r-1" / "env" / "extravars"
-    return subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds})", "-e", f"@{extravars}"],
+    proc = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds})", "-e", f"@{extravars}"],
                             start_new_session=True)
+    # until it has exec'd, the child still shows pytest's command line
+    end = time.monotonic() + 10
+    while str(extravars).encode() not in Path(f"/proc/{proc.pid}/cmdline").read_bytes():
+        assert time.monotonic() < end, "the orphan stand-in did not start"
+        time.sleep(0.01)
+    return proc
 
 
 def test_an_orphaned_playbook_counts_as_the_run_without_a_pid(tmp_path):
