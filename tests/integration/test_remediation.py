@@ -138,6 +138,14 @@ def test_pool_ceiling_stops_the_third_isolation(lab, receiver):
     assert len(unavailable) <= int(CEILING * len(WORKERS)), unavailable
 
 
+def running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan nobody reaps yet has ended all the same)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def test_receiver_and_its_run_child_killed_no_second_run_beside_the_orphan(lab, receiver):
     # The OOM killer takes the receiver and the run's child; ansible-playbook, in the session
     # pexpect gave it, goes on. The restarted receiver must wait for it, not run beside it.
@@ -159,7 +167,7 @@ def test_receiver_and_its_run_child_killed_no_second_run_beside_the_orphan(lab, 
         print(f"\nkilled the receiver and run child {running['pid']}; left running: {orphans}")
         rcv.start()
         runs_while_orphaned = set()
-        while any(Path(f"/proc/{pid}").exists() for pid in orphans):
+        while any(running(pid) for pid in orphans):
             runs_while_orphaned.update(rcv.runs_on_disk(first["job_id"]))
             time.sleep(0.5)
         job = rcv.wait_job(first["job_id"])
