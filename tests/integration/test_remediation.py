@@ -174,8 +174,9 @@ def test_receiver_and_its_run_child_killed_no_second_run_beside_the_orphan(lab, 
         recovered = [e for e in rcv.get("/audit?event=job.recovered")["audit"] if e["job_id"] == first["job_id"]]
         print("recovery:", [(e["decision"], e["reason"]) for e in recovered], "job:", job["state"], job["message"])
         assert len(runs_while_orphaned) <= 1, f"a second run started beside the orphan: {runs_while_orphaned}"
-        if orphans:
-            assert [e["decision"] for e in recovered] == ["adopted"], recovered
+        # adopted when the orphan outlived the restart, dead when guard.py had already ended it:
+        # either way no run overlapped it (above), and the isolation completed once (below)
+        assert [e["decision"] for e in recovered] in (["adopted"], ["dead"]), recovered
         assert job["state"] == "done" and isolated(api, "gpu1"), job
     finally:
         rcv.stop()
