@@ -18,6 +18,8 @@ from ai_l1_day2.remediation import server as server_mod
 from ai_l1_day2.remediation.service import Service
 from ai_l1_day2.remediation.store import Store, StoreError
 from remediation_fakes import TOKEN, FakeExecutor, FakeNodes, alert, make_config, payload
+from test_remediation_auth import post
+from test_remediation_store import wait_state
 
 
 def make(tmp_path, nodes=None, **cfg):
@@ -37,8 +39,9 @@ def served(tmp_path):
 
 def call(url: str, body: dict | None = None) -> tuple[int, dict]:
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, headers={"Authorization": f"Bearer {TOKEN}",
-                                                          "Content-Type": "application/json"})
+    if data is not None:
+        return post(url, data, {"Authorization": f"Bearer {TOKEN}"})
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {TOKEN}"})
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:
             return resp.status, json.loads(resp.read())
@@ -89,9 +92,7 @@ def test_a_refused_write_around_a_run_is_retried_until_it_lands(tmp_path, monkey
     svc.start()
     try:
         [d] = svc.handle_payload(payload(alert()))
-        end = time.monotonic() + 20
-        while svc.store.job(d["job_id"])["state"] != "done" and time.monotonic() < end:
-            time.sleep(0.05)
+        wait_state(svc.store, d["job_id"], ("done",), timeout=20)
     finally:
         svc.stop()
     job = svc.store.job(d["job_id"])
@@ -105,9 +106,7 @@ def test_a_lost_store_never_reuses_job_numbers(tmp_path):
     a.start()
     try:
         [d] = a.handle_payload(payload(alert()))
-        end = time.monotonic() + 10
-        while a.store.job(d["job_id"])["state"] != "done" and time.monotonic() < end:
-            time.sleep(0.05)
+        wait_state(a.store, d["job_id"], ("done",))
     finally:
         a.stop()
     (a.cfg.jobs_dir / "job-000007").mkdir(parents=True)  # artifacts of earlier jobs
@@ -149,9 +148,7 @@ def test_finished_job_directories_beyond_the_retention_are_removed(tmp_path):
         for host in ("gpu1", "gpu2", "gpu3"):
             [d] = svc.handle_payload(payload(alert(host=host)))
             ids.append(d["job_id"])
-            end = time.monotonic() + 10
-            while svc.store.job(d["job_id"])["state"] != "done" and time.monotonic() < end:
-                time.sleep(0.05)
+            wait_state(svc.store, d["job_id"], ("done",))
             svc.executor.job_dir(d["job_id"]).mkdir(parents=True, exist_ok=True)
         (svc.cfg.jobs_dir / "job-000099").mkdir()  # not a finished job of this store: kept
         assert svc.prune_job_dirs() == [ids[0]]
