@@ -290,12 +290,16 @@ def check_unique(groups, hostvars, unique_vars):
     return found
 
 
+def _scoped_rules(rules):
+    """(name, rule, scope) for every well-formed rule (check_rules reports the others)."""
+    for name, rule in rules.items():
+        if isinstance(rule, Mapping):
+            yield name, rule, rule.get('hosts', 'all')
+
+
 def check_vars(groups, hostvars, rules):
     found = []
-    for name, rule in rules.items():
-        if not isinstance(rule, Mapping):
-            continue
-        scope = rule.get('hosts', 'all')
+    for name, rule, scope in _scoped_rules(rules):
         hosts = _scope_hosts(groups, scope)
         seen = {}
         for host in hosts:
@@ -317,10 +321,7 @@ def check_vars(groups, hostvars, rules):
 def check_distinct(groups, hostvars, rules):
     """distinct_from: a value no host may have in the named variables (a VIP is nobody's address)."""
     found = []
-    for name, rule in rules.items():
-        if not isinstance(rule, Mapping):
-            continue
-        scope = rule.get('hosts', 'all')
+    for name, rule, scope in _scoped_rules(rules):
         for other in rule.get('distinct_from') or ():
             owners = {}
             for owner in _all_hosts(groups):
