@@ -140,13 +140,25 @@ class GoRecipe:
     files: dict[str, str] = field(default_factory=dict)
     # Test binary name -> package, compiled with `go test -c` (the e2e suite).
     test_binaries: dict[str, str] = field(default_factory=dict)
+    # Go build tags (e.g. Prometheus without the cloud service discoveries).
+    tags: list[str] = field(default_factory=list)
+    # Modules the checksum database does not know (the proxy serves them): GONOSUMDB.
+    nosumdb: list[str] = field(default_factory=list)
+    # Files added to a copy of main_module the build uses instead (path -> content): generated
+    # files a module zip leaves out, such as web assets that //go:embed wants.
+    module_files: dict[str, str] = field(default_factory=dict)
 
     @property
     def root(self) -> Path:
         return K8S_CACHE / self.component / self.version
 
     def key(self, gover: str) -> str:
-        return digest({"recipe": asdict(self), "go": gover, "rev": RECIPE_REVISION})
+        recipe = asdict(self)
+        # Fields added later count only when set: older recipes keep their keys (and builds).
+        for name in ("tags", "nosumdb", "module_files"):
+            if not recipe[name]:
+                del recipe[name]
+        return digest({"recipe": recipe, "go": gover, "rev": RECIPE_REVISION})
 
 
 def module_info(mod: str, version: str, env: dict) -> dict:
@@ -181,25 +193,8 @@ def go_mod_text(recipe: GoRecipe, upstream_gomod: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def build_go(recipe: GoRecipe, gover: str, jobs: int) -> dict:
-    key = recipe.key(gover)
-    root = recipe.root
-    bindir, stamp = root / "bin", root / "recipe.sha256"
-    outputs = [bindir / name for name in (*recipe.binaries, *recipe.test_binaries)]
-    if stamp.exists() and stamp.read_text().strip() == key and all(p.exists() for p in outputs):
-        return {"component": recipe.component, "cached": True}
-    env = go_env()
-    src, logfile = root / "src", root / "build.log"
-    src.mkdir(parents=True, exist_ok=True)
-    logfile.write_text("")
-    t0 = time.monotonic()
-    info = module_info(recipe.main_module, recipe.require[recipe.main_module], env)
-    upstream_gomod = Path(info["GoMod"]).read_text()
-    (src / "go.mod").write_text(go_mod_text(recipe, upstream_gomod))
-    (src / "go.sum").unlink(missing_ok=True)
-    for name, content in recipe.files.items():
-        (src / name).write_text(content)
-    # `go get pkg@version` records exactly the go.sum lines these packages need.
+def go_get(recipe: GoRecipe, src: Path, env: dict, logfile: Path) -> None:
+    """`go get pkg@version` records exactly the go.sum lines these packages need."""
     pkgs = []
     for pkg in recipe.binaries.values():
         if pkg.startswith("."):  # the build module's own package (recipe.files)
@@ -215,6 +210,41 @@ def build_go(recipe: GoRecipe, gover: str, jobs: int) -> dict:
     if recipe.files:
         # Our own sources: the requires are pinned in the recipe; tidy writes go.sum for them.
         run(["nice", "-n", "15", "go", "mod", "tidy"], cwd=src, env=env, logfile=logfile)
+
+
+def build_go(recipe: GoRecipe, gover: str, jobs: int) -> dict:
+    key = recipe.key(gover)
+    root = recipe.root
+    bindir, stamp = root / "bin", root / "recipe.sha256"
+    outputs = [bindir / name for name in (*recipe.binaries, *recipe.test_binaries)]
+    if stamp.exists() and stamp.read_text().strip() == key and all(p.exists() for p in outputs):
+        return {"component": recipe.component, "cached": True}
+    env = go_env()
+    if recipe.nosumdb:
+        env["GONOSUMDB"] = ",".join(recipe.nosumdb)
+    tags = ["-tags", ",".join(recipe.tags)] if recipe.tags else []
+    src, logfile = root / "src", root / "build.log"
+    src.mkdir(parents=True, exist_ok=True)
+    logfile.write_text("")
+    t0 = time.monotonic()
+    info = module_info(recipe.main_module, recipe.require[recipe.main_module], env)
+    upstream_gomod = Path(info["GoMod"]).read_text()
+    gomod = go_mod_text(recipe, upstream_gomod)
+    if recipe.module_files:
+        copy = src / "upstream"
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(info["Dir"], copy)
+        for path in [copy, *copy.rglob("*")]:  # the module cache is read-only
+            path.chmod(path.stat().st_mode | 0o200)
+        for name, content in recipe.module_files.items():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            (copy / name).write_text(content)
+        gomod += f"\nreplace {recipe.main_module} => ./upstream\n"
+    (src / "go.mod").write_text(gomod)
+    (src / "go.sum").unlink(missing_ok=True)
+    for name, content in recipe.files.items():
+        (src / name).write_text(content)
+    go_get(recipe, src, env, logfile)
     fetch_s = time.monotonic() - t0
     ldflags = " ".join(["-s", "-w", *[f.format(time=info["Time"], commit=info["Commit"]) for f in recipe.ldflags]])
     staging = root / "bin.new"
@@ -224,7 +254,7 @@ def build_go(recipe: GoRecipe, gover: str, jobs: int) -> dict:
     for name, pkg in recipe.binaries.items():
         t1 = time.monotonic()
         log(f"{recipe.component} {recipe.version}: go build {name}")
-        run(["nice", "-n", "15", "go", "build", "-p", str(jobs), "-o", str(staging / name),
+        run(["nice", "-n", "15", "go", "build", "-p", str(jobs), "-o", str(staging / name), *tags,
              "-ldflags", ldflags, pkg], cwd=src, env=env, logfile=logfile)
         timings[name] = round(time.monotonic() - t1, 1)
         log(f"{recipe.component}: {name} built in {timings[name]}s")
@@ -304,6 +334,84 @@ def go_recipes(v: dict[str, str]) -> list[GoRecipe]:
     ]
 
 
+# The monitoring stack (roles/monitoring_k8s, roles/monitoring_npd): production images the
+# manifest pins, built here from their Go modules as for Kubernetes.
+def prometheus_module_version(release: str) -> str:
+    """Prometheus 3.x is published as Go module v0.3MM.P: v3.14.0 is v0.314.0."""
+    major, minor, patch = release.lstrip("v").split(".")
+    return f"v0.{int(major) * 100 + int(minor)}.{patch}"
+
+
+def prometheus_version_ldflags(version: str) -> list[str]:
+    """What promu sets: the version the binaries report (/api/v1/status/buildinfo, --version)."""
+    pkg = "github.com/prometheus/common/version"
+    return [f"-X {pkg}.Version={version.lstrip('v')}", f"-X {pkg}.Revision={{commit}}", f"-X {pkg}.Branch=HEAD",
+            f"-X {pkg}.BuildUser=ai-l1-lab", f"-X {pkg}.BuildDate={{time}}"]
+
+
+MONITORING_COMPONENTS = ("prometheus-operator", "prometheus", "alertmanager", "node-exporter", "node-problem-detector")
+
+
+def monitoring_recipes(manifest: manifestlib.Manifest) -> list[GoRecipe]:
+    get = manifest.get
+    operator = get("prometheus-operator-image").version
+    if get("prometheus-config-reloader-image").version != operator:
+        raise BuildError("prometheus-config-reloader-image and prometheus-operator-image are one release: "
+                         "pin the same version")
+    prometheus, alertmanager = get("prometheus-image").version, get("alertmanager-image").version
+    node_exporter, npd = get("node-exporter-image").version, get("node-problem-detector-image").version
+    po, prom, am = ("github.com/prometheus-operator/prometheus-operator", "github.com/prometheus/prometheus",
+                    "github.com/prometheus/alertmanager")
+    ne, npd_mod = "github.com/prometheus/node_exporter", "k8s.io/node-problem-detector"
+    return [
+        # The operator's module replaces its own pkg/apis and pkg/client with local paths; their
+        # published modules carry the same version.
+        GoRecipe("prometheus-operator", operator, {po: operator},
+                 {"operator": f"{po}/cmd/operator",
+                  "prometheus-config-reloader": f"{po}/cmd/prometheus-config-reloader"},
+                 prometheus_version_ldflags(operator), main_module=po, staging_version=operator),
+        # Only the Kubernetes service discovery (the operator's configs use nothing else): the
+        # cloud SDKs of the others are most of Prometheus' build time.
+        GoRecipe("prometheus", prometheus, {prom: prometheus_module_version(prometheus)},
+                 {"prometheus": f"{prom}/cmd/prometheus"}, prometheus_version_ldflags(prometheus),
+                 main_module=prom, tags=["remove_all_sd", "enable_kubernetes_sd"]),
+        # The web UI's built assets are not in the module zip; the API (all the operator and the
+        # tests use) does not need them: an empty UI is embedded.
+        GoRecipe("alertmanager", alertmanager, {am: alertmanager}, {"alertmanager": f"{am}/cmd/alertmanager"},
+                 prometheus_version_ldflags(alertmanager), main_module=am,
+                 module_files={f"ui/app/dist/{ui}/index.html": "<!-- web UI not built (lab/k8s/build.py) -->\n"
+                               for ui in ("elm", "mantine")}),
+        GoRecipe("node-exporter", node_exporter, {ne: node_exporter}, {"node_exporter": ne},
+                 prometheus_version_ldflags(node_exporter), main_module=ne),
+        # sum.golang.org answers 404 for this version although the proxy serves it.
+        GoRecipe("node-problem-detector", npd, {npd_mod: npd},
+                 {"node-problem-detector": f"{npd_mod}/cmd/nodeproblemdetector"},
+                 [f"-X {npd_mod}/pkg/version.version={npd}"], main_module=npd_mod, nosumdb=[npd_mod]),
+    ]
+
+
+def monitoring_image_recipes(manifest: manifestlib.Manifest, bins: dict[str, Path], base: str) -> list[ImageRecipe]:
+    """Upstream's binary paths and users, so the chart's and the operator's defaults hold."""
+    get = manifest.get
+
+    def image(artifact: str, name: str, binary: str, path: str, **kw) -> ImageRecipe:
+        return ImageRecipe(artifact, name, get(artifact).version, {path: bins[binary]}, [path], **kw)
+
+    nobody = "65534:65534"
+    return [
+        image("prometheus-operator-image", "prometheus-operator", "operator", "/bin/operator", user=nobody),
+        image("prometheus-config-reloader-image", "prometheus-config-reloader", "prometheus-config-reloader",
+              "/bin/prometheus-config-reloader", user=nobody),
+        image("prometheus-image", "prometheus", "prometheus", "/bin/prometheus", user=nobody),
+        image("alertmanager-image", "alertmanager", "alertmanager", "/bin/alertmanager", user=nobody),
+        image("node-exporter-image", "node-exporter", "node_exporter", "/bin/node_exporter", user=nobody),
+        # Upstream's NPD image is Debian too: custom plugins need a shell and coreutils (the
+        # project's GPU plugin runs the node's python3 through chroot, monitoring/npd).
+        image("node-problem-detector-image", "node-problem-detector", "node-problem-detector",
+              "/node-problem-detector", base=base),
+    ]
+
+
 # Lab-only programs from tests/hardware (never production artifacts): built like the components
 # above, imaged and pushed to the lab registry under ai-l1-lab/ (lab/mirror/mirror.py).
 HARDWARE = REPO / "tests" / "hardware"
@@ -321,12 +429,20 @@ def lab_go_recipes(v: dict[str, str]) -> list[GoRecipe]:
     ]
 
 
-def lab_image_recipes(lab_bins: dict[str, Path], base: str) -> list[ImageRecipe]:
+def lab_image_recipes(lab_bins: dict[str, Path], base: str, python_base: str) -> list[ImageRecipe]:
     """Images the lab needs beside the manifest's: the device-plugin stand-ins (the NVIDIA one runs
     the host driver's nvidia-smi, so it needs glibc; Huawei's DaemonSet runs its binary through
-    bash: Debian base) and the workload image tests run."""
+    bash: Debian base), the workload image tests run, the dcgm-exporter stand-in (the lab's fake
+    exporter of lab/packages/nvidia on Debian's python3) and that python3 image alone, for the
+    Feishu relay (any python3 image does; Docker Hub's cannot be pulled here)."""
     tag = "v0.1.0"
+    dcgm = REPO / "lab" / "packages" / "nvidia" / "files" / "dcgm-exporter"
     return [
+        ImageRecipe("lab-dcgm-exporter", "lab/dcgm-exporter-standin", tag,
+                    {"/usr/bin/dcgm-exporter": dcgm,
+                     "/usr/lib/dcgm-exporter/fake_dcgm_exporter.py": HARDWARE / "dcgm" / "fake_dcgm_exporter.py"},
+                    ["/usr/bin/dcgm-exporter"], base=python_base),
+        ImageRecipe("lab-python", "lab/python3-debian", "bookworm", {}, ["/usr/bin/python3"], base=python_base),
         ImageRecipe("lab-device-plugin", "lab/nvidia-device-plugin-standin", tag,
                     {"/usr/local/bin/ai-l1-device-plugin": lab_bins["ai-l1-device-plugin"]},
                     ["/usr/local/bin/ai-l1-device-plugin"], base=base),
@@ -344,7 +460,8 @@ def build_lab(v: dict[str, str], gover: str, jobs: int, base: str) -> tuple[list
     recipes = lab_go_recipes(v)
     results = [build_go(r, gover, jobs) for r in recipes]
     bins = {n: r.root / "bin" / n for r in recipes for n in r.binaries}
-    return results, [(r, build_image(r)) for r in lab_image_recipes(bins, base)]
+    python_base = ensure_debian_base("python3-base", ["python3"])
+    return results, [(r, build_image(r)) for r in lab_image_recipes(bins, base, python_base)]
 
 
 # ---------------------------------------------------------------- pause (C, static)
@@ -582,7 +699,8 @@ def check_tools() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", action="append", choices=["kubernetes", "etcd", "coredns", "cni-plugins"],
+    parser.add_argument("--only", action="append",
+                        choices=["kubernetes", "etcd", "coredns", "cni-plugins", *MONITORING_COMPONENTS],
                         help="build only these Go components (no images, no record)")
     parser.add_argument("--jobs", type=int, default=int(os.environ.get("AI_L1_BUILD_JOBS", "2")))
     args = parser.parse_args(argv)
@@ -593,7 +711,7 @@ def main(argv: list[str] | None = None) -> int:
         check_tools()
         with locked("k8s-build"):
             gover = go_version()
-            recipes = {r.component: r for r in go_recipes(v)}
+            recipes = {r.component: r for r in [*go_recipes(v), *monitoring_recipes(manifest)]}
             results = []
             for name, recipe in recipes.items():
                 if args.only and name not in args.only:
@@ -612,6 +730,7 @@ def main(argv: list[str] | None = None) -> int:
             lab_results, lab_images = build_lab(v, gover, args.jobs, base)
             results += lab_results
             images += lab_images
+            images += [(r, build_image(r)) for r in monitoring_image_recipes(manifest, bins, base)]
             record = {"arch": ARCH, "versions": v, "artifacts": {},
                       "lab_images": {r.artifact: {"image": r.ref, "target": f"ai-l1-{r.name}:{r.tag}"}
                                      for r, _ in lab_images}}

@@ -110,12 +110,15 @@ def test_every_manifest_image_has_a_lab_recipe():
     bins = {n: Path("/x") for n in ("kube-apiserver", "kube-controller-manager", "kube-scheduler",
                                     "kube-proxy", "etcd", "etcdctl", "etcdutl", "coredns", "pause")}
     recipes = {r.artifact: r for r in build.image_recipes(v, bins, "base")}
+    monitoring_bins = {n: Path("/x") for r in build.monitoring_recipes(manifest) for n in r.binaries}
+    recipes.update({r.artifact: r for r in build.monitoring_image_recipes(manifest, monitoring_bins, "base")})
     images = {a.name: a for a in manifest.artifacts.values()
               if a.is_image and not any(a.name.startswith(p) for p in build.NOT_BUILT)}
     assert set(recipes) == set(images)
     for name, recipe in recipes.items():
-        # Tagged as `kubeadm config images list` names them, under the local prefix.
-        upstream = lib.render(images[name].template, {"registry_k8s_io": "", "version": images[name].version})
+        # Tagged as `kubeadm config images list` names them (or the charts do), under the local prefix.
+        upstream = lib.render(images[name].template, {"registry_k8s_io": "", "quay_io": "",
+                                                     "version": images[name].version})
         assert recipe.ref.endswith(upstream.split("/")[-1]), (recipe.ref, upstream)
         assert recipe.tag == images[name].version
 
@@ -172,3 +175,25 @@ def test_files_service_is_idempotent_and_stops(tmp_path, monkeypatch):
         svc.stop()
     assert svc.pid() is None
     assert not svc.healthy()
+
+
+def test_prometheus_module_versions():
+    assert build.prometheus_module_version("v3.14.0") == "v0.314.0"
+    assert build.prometheus_module_version("v3.5.2") == "v0.305.2"
+
+
+def test_recipe_fields_added_later_keep_older_keys():
+    """tags, nosumdb and module_files count only when set: adding them rebuilt nothing."""
+    plain = build.GoRecipe("x", "v1", {"m": "v1"}, {"x": "m"}, main_module="m")
+    assert plain.key("go1") == build.GoRecipe("x", "v1", {"m": "v1"}, {"x": "m"}, main_module="m", tags=[]).key("go1")
+    assert plain.key("go1") != build.GoRecipe("x", "v1", {"m": "v1"}, {"x": "m"}, main_module="m",
+                                              tags=["t"]).key("go1")
+    assert plain.key("go1") != build.GoRecipe("x", "v1", {"m": "v1"}, {"x": "m"}, main_module="m",
+                                              module_files={"a": "b"}).key("go1")
+
+
+def test_monitoring_images_use_one_operator_release():
+    manifest = lib.load()
+    manifest.get("prometheus-config-reloader-image").version = "v0.92.0"
+    with pytest.raises(build.BuildError, match="one release"):
+        build.monitoring_recipes(manifest)
