@@ -2,7 +2,8 @@
 """Generate the Kubernetes objects from the plain sources, so each has one source of truth.
 
     rules/gpu-alerts.rules.yml       -> kubernetes/prometheusrule-gpu-alerts.yaml
-    npd/gpu-problem.json, npd/check_gpu.py -> kubernetes/npd-gpu-configmap.yaml
+    npd/gpu-problem.json, npd/check_gpu.{sh,py} -> kubernetes/npd-gpu-configmap.yaml
+    (npd_manifests, npd_podmonitor)  -> kubernetes/node-problem-detector{,-podmonitor}.yaml
     dcgm/counters.csv                -> kubernetes/dcgm-exporter-counters-configmap.yaml
     dashboards/*.json                -> kubernetes/grafana-dashboards-configmap.yaml
     alertmanager/alertmanager.yml    -> kubernetes/kube-prometheus-stack-values.yaml
@@ -62,17 +63,101 @@ def prometheus_rule():
 
 
 def npd_configmap():
-    src = "monitoring/npd/gpu-problem.json and monitoring/npd/check_gpu.py"
+    src = "monitoring/npd/gpu-problem.json, monitoring/npd/check_gpu.sh and monitoring/npd/check_gpu.py"
     obj = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": "node-problem-detector-gpu", "namespace": "kube-system"},
         "data": {
             "gpu-problem.json": (HERE / "npd/gpu-problem.json").read_text(encoding="utf-8"),
+            "check_gpu.sh": (HERE / "npd/check_gpu.sh").read_text(encoding="utf-8"),
             "check_gpu.py": (HERE / "npd/check_gpu.py").read_text(encoding="utf-8"),
         },
     }
     return dump(obj, src)
+
+
+NPD_LABELS = {"app.kubernetes.io/name": "node-problem-detector", "app.kubernetes.io/part-of": "ai-platform-l1"}
+NPD_METRICS_PORT = 20257
+
+
+def npd_manifests():
+    """Node Problem Detector on the NVIDIA nodes with the GPU custom plugin (seed 4.1.5)."""
+    meta = {"name": "node-problem-detector", "namespace": "kube-system", "labels": NPD_LABELS}
+    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta}
+    # What NPD's Kubernetes exporter does: read its Node, set conditions, record events.
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "ai-l1-node-problem-detector", "labels": NPD_LABELS},
+            "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+                      {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
+                      {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch", "update"]}]}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "metadata": {"name": "ai-l1-node-problem-detector", "labels": NPD_LABELS},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                           "name": "ai-l1-node-problem-detector"},
+               "subjects": [{"kind": "ServiceAccount", "name": "node-problem-detector", "namespace": "kube-system"}]}
+    container = {
+        "name": "node-problem-detector",
+        # roles/monitoring_k8s sets the registry and tag from artifacts/manifest.yml.
+        "image": "registry.k8s.io/node-problem-detector/node-problem-detector:v0.8.20",
+        "command": ["/node-problem-detector", "--logtostderr",
+                    "--config.custom-plugin-monitor=/config/plugin/gpu-problem.json",
+                    "--prometheus-address=0.0.0.0", f"--prometheus-port={NPD_METRICS_PORT}"],
+        # NPD names its Node by NODE_NAME; the plugin reads GPU_CHECK_KERNEL_LOG.
+        "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                {"name": "GPU_CHECK_KERNEL_LOG", "value": ""}],
+        "ports": [{"name": "metrics", "containerPort": NPD_METRICS_PORT}],
+        # chroot into the node's root and the node's kernel log (monitoring/npd/check_gpu.sh).
+        "securityContext": {"privileged": True},
+        "resources": {"requests": {"cpu": "10m", "memory": "40Mi"}, "limits": {"memory": "120Mi"}},
+        "volumeMounts": [{"name": "plugin", "mountPath": "/config/plugin", "readOnly": True},
+                         {"name": "host-root", "mountPath": "/host", "readOnly": True}],
+    }
+    daemonset = {
+        "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": meta,
+        "spec": {
+            "selector": {"matchLabels": {"app.kubernetes.io/name": "node-problem-detector"}},
+            "updateStrategy": {"type": "RollingUpdate"},
+            "template": {
+                "metadata": {"labels": NPD_LABELS},
+                "spec": {
+                    "serviceAccountName": "node-problem-detector",
+                    # The GPU plugin reads NVML: NVIDIA nodes (the node_labels role's label).
+                    "nodeSelector": {"accelerator": "nvidia"},
+                    "priorityClassName": "system-node-critical",
+                    # It must keep watching a node that the fault isolation has tainted.
+                    "tolerations": [{"operator": "Exists"}],
+                    "containers": [container],
+                    "volumes": [
+                        {"name": "plugin", "configMap": {"name": "node-problem-detector-gpu", "defaultMode": 0o755}},
+                        {"name": "host-root", "hostPath": {"path": "/"}},
+                    ],
+                },
+            },
+        },
+    }
+    src = "monitoring/generate.py (npd_manifests)"
+    return "".join(dump(o, src) for o in (account, role, binding, daemonset))
+
+
+def npd_podmonitor():
+    """Prometheus scrapes each NPD Pod; `node` is the Node it runs on (the GPUNodeDraining rule)."""
+    obj = {
+        "apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor",
+        "metadata": {"name": "node-problem-detector", "namespace": "monitoring", "labels": NPD_LABELS},
+        "spec": {
+            "namespaceSelector": {"matchNames": ["kube-system"]},
+            "selector": {"matchLabels": {"app.kubernetes.io/name": "node-problem-detector"}},
+            "podMetricsEndpoints": [{
+                "port": "metrics", "interval": "15s",
+                "relabelings": [
+                    {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"},
+                    {"targetLabel": "job", "replacement": "node-problem-detector"},
+                ],
+            }],
+        },
+    }
+    return dump(obj, "monitoring/generate.py (npd_podmonitor)")
 
 
 def counters_configmap():
@@ -157,6 +242,7 @@ def stack_values():
                 # Pick up PrometheusRules and ServiceMonitors without the chart's release label.
                 "ruleSelectorNilUsesHelmValues": False,
                 "serviceMonitorSelectorNilUsesHelmValues": False,
+                "podMonitorSelectorNilUsesHelmValues": False,
             }
         },
         "grafana": {"sidecar": {"dashboards": {"enabled": True, "label": "grafana_dashboard", "labelValue": "1"}}},
@@ -171,6 +257,8 @@ OUTPUTS = {
     "kubernetes/feishu-relay.yaml": relay_manifests,
     "kubernetes/prometheusrule-gpu-alerts.yaml": prometheus_rule,
     "kubernetes/npd-gpu-configmap.yaml": npd_configmap,
+    "kubernetes/node-problem-detector.yaml": npd_manifests,
+    "kubernetes/node-problem-detector-podmonitor.yaml": npd_podmonitor,
 }
 
 

@@ -15,6 +15,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 NPD = ROOT / "monitoring" / "npd"
 CHECK = NPD / "check_gpu.py"
+WRAPPER = NPD / "check_gpu.sh"
 NVML_DIR = ROOT / "tests" / "hardware" / "nvml"
 SCENARIOS = NVML_DIR / "scenarios"
 KERN_LOG = SCENARIOS / "a100-pcie-2x-xid79.kern.log"
@@ -101,9 +102,42 @@ def test_plugin_config_and_configmap():
     assert cond["type"] == "GPUError"  # the condition the GPUNodeDraining alert watches
     (rule,) = cfg["rules"]
     assert rule["type"] == "permanent" and rule["condition"] == "GPUError"
-    assert Path(rule["path"]).name == CHECK.name
+    # NPD runs the wrapper, which runs check_gpu.py with the node's python3 (chroot /host).
+    assert Path(rule["path"]).name == WRAPPER.name
     assert int(cfg["pluginConfig"]["max_output_length"]) >= 80
     cm = yaml.safe_load((ROOT / "monitoring" / "kubernetes" / "npd-gpu-configmap.yaml").read_text())
     assert (cm["kind"], cm["metadata"]["namespace"]) == ("ConfigMap", "kube-system")
     assert json.loads(cm["data"]["gpu-problem.json"]) == cfg
     assert cm["data"]["check_gpu.py"] == CHECK.read_text()
+    assert cm["data"]["check_gpu.sh"] == WRAPPER.read_text()
+
+
+@pytest.mark.parametrize("kernel_log", ["", "/var/log/kern.log"])
+def test_wrapper_runs_the_check_in_the_node_root(tmp_path, fake_nvml_dir, kernel_log):
+    """check_gpu.sh with a stand-in chroot (records its arguments, then runs the command here):
+    the node's python3 gets check_gpu.py on stdin, NPD's arguments and the kernel log option."""
+    plugin = tmp_path / "plugin"
+    plugin.mkdir()
+    shutil.copy(CHECK, plugin / "check_gpu.py")
+    wrapper = plugin / "check_gpu.sh"
+    wrapper.write_text(WRAPPER.read_text().replace("/config/plugin/", f"{plugin}/"))
+    wrapper.chmod(0o755)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "chroot").write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/chroot.args\nshift\nshift\n'
+                                    f'exec {sys.executable} "$@"\n')
+    (bin_dir / "chroot").chmod(0o755)
+    log = tmp_path / "kern.log"
+    log.write_text(KERN_LOG.read_text())
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "LD_LIBRARY_PATH": str(fake_nvml_dir),
+           "AI_L1_FAKE_NVML_SCENARIO": str(SCENARIOS / "a100-pcie-4x-bridged.conf"),
+           "GPU_CHECK_KERNEL_LOG": str(log) if kernel_log else ""}
+    proc = subprocess.run([str(wrapper), "--check", "xid"], capture_output=True, text=True, env=env,
+                          check=False, timeout=30)
+    args = (tmp_path / "chroot.args").read_text().split()
+    assert args[:3] == ["/host", "/usr/bin/python3", "-"], args
+    if kernel_log:
+        assert args[3:] == ["--check", "xid", "--kernel-log", str(log)], args
+        assert proc.returncode == 1 and "79" in proc.stdout, (proc.returncode, proc.stdout, proc.stderr)
+    else:
+        assert args[3:] == ["--check", "xid"], args

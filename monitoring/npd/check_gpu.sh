@@ -1,0 +1,12 @@
+#!/bin/sh
+# Node Problem Detector runs custom plugins inside its own container, whose image has no
+# python3, no NVML library and no view of the node's kernel log. So the GPU check runs in
+# the node's root filesystem (the DaemonSet mounts / at /host, read-only) with the node's
+# python3; the script itself comes from the same ConfigMap, on stdin.
+# GPU_CHECK_KERNEL_LOG (DaemonSet env, roles/monitoring_k8s): a kernel log file to read
+# instead of the journal or dmesg; empty: the journal, then dmesg.
+set -eu
+if [ -n "${GPU_CHECK_KERNEL_LOG:-}" ]; then
+  set -- "$@" --kernel-log "$GPU_CHECK_KERNEL_LOG"
+fi
+exec chroot /host /usr/bin/python3 - "$@" < /config/plugin/check_gpu.py
