@@ -108,6 +108,8 @@ def test_xid_injection_reaches_webhook_and_feishu(tmp_path):  # noqa: PLR0915 (o
     }))
     am_cfg = yaml.safe_load((MON / "alertmanager" / "alertmanager.yml").read_text())
     for receiver in am_cfg["receivers"]:
+        if "webhook_configs" not in receiver:  # the `null` receiver
+            continue
         for hook in receiver["webhook_configs"]:
             hook["url"] = hook["url"].replace("127.0.0.1:9099", f"127.0.0.1:{ports['relay']}")
         receiver["webhook_configs"].append({"url": f"http://127.0.0.1:{raw_sink.port}/hook", "send_resolved": True})

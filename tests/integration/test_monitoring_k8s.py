@@ -1,30 +1,41 @@
 """Monitoring on Kubernetes (roles/monitoring_k8s through playbooks/monitoring.yml) on the lab
 cluster, for real: helm (built from its Go module) installs kube-prometheus-stack and
 dcgm-exporter from chart tarballs served by the lab mirror (sha256 checked), then the role
-applies the PrometheusRule, ConfigMaps, NPD plugin config and the Feishu relay.
+applies the PrometheusRule, ConfigMaps, Node Problem Detector and the Feishu relay. Every
+image comes from the lab registry: the operator, its config reloader, Prometheus,
+Alertmanager, node_exporter and NPD built from their Go modules (lab/k8s/build.py); the
+dcgm-exporter and the relay's python3 are lab images (tests/hardware/dcgm, Debian python3).
 
-What is asserted comes from the API: every rule of monitoring/rules is in the PrometheusRule,
-the Alertmanager configuration kube-prometheus-stack hands to Alertmanager routes to the
-in-cluster relay with the seed's routes, Grafana's sidecar loads the dashboards ConfigMap,
-the dcgm-exporter DaemonSet mounts the counters ConfigMap and passes it with -f, every image
-points at the lab registry; a second run changes nothing; a broken rule file and a broken
-Alertmanager configuration are refused before anything is applied (the objects keep their
-resourceVersion).
+Asserted from the API and from Prometheus' and Alertmanager's own APIs: the pods run; the
+real operator loaded every rule of monitoring/rules into Prometheus; Prometheus scrapes the
+dcgm-exporter DaemonSet on both A100 nodes every 5 s and NPD on both; NPD reports GPUError
+False; an XID 79 appended to gpu1's simulated kernel log reaches, with no test code in between,
+the exporter, Prometheus (GPUXidError with xid="79" firing), NPD (GPUError True, then
+GPUNodeDraining firing), Alertmanager and, through the relay, a Feishu sink on the lab host
+(signed). Also: the Alertmanager configuration routes to the relay with the seed's routes, the
+dashboards ConfigMap and Grafana's sidecar (rendered: Grafana is off in the lab), a second run
+changes nothing, a broken rule file or Alertmanager configuration is refused before anything is
+applied (the objects keep their resourceVersion).
 
-Not asserted: running pods. No registry here holds the stack's images, so its pods stay in
-ImagePullBackOff; the lab sets monitoring_k8s_helm_wait: false. The dcgm-exporter chart is
-the lab's stand-in (tests/hardware/dcgm/chart, see lab/charts/build.py): the Go module proxy
-refuses NVIDIA's repository. Namespace `monitoring`, the NPD ConfigMap, both releases and
-the operator's CRDs are removed at the end. Timings are printed (pytest -s).
+Not here: the remediation receiver in the cluster (not deployed by a role yet). The dcgm-exporter
+chart is the lab's stand-in (tests/hardware/dcgm/chart, see lab/charts/build.py): the Go module
+proxy refuses NVIDIA's repository. Namespace `monitoring`, NPD, both releases and the
+operator's CRDs are removed at the end, and the injected XID and the GPUError condition with
+them. Timings are printed (pytest -s).
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import json
 import tempfile
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 import yaml
@@ -49,13 +60,95 @@ def get(kind: str, name: str, namespace: str = "monitoring") -> dict:
     return kubectl_json(f"-n {namespace} get {kind} {name}")
 
 
+def nvidia_nodes() -> list[str]:
+    nodes = kubectl_json("get nodes -l accelerator=nvidia")["items"]
+    return sorted(n["metadata"]["name"] for n in nodes)
+
+
+def api_get(service: str, path: str) -> dict:
+    """GET from a monitoring Service through the API server's proxy (JSON)."""
+    proc = on(CP, f"{KUBECTL} get --raw '/api/v1/namespaces/monitoring/services/{service}/proxy{path}'")
+    assert proc.returncode == 0, f"{service}{path}:\n{tail(proc)}"
+    return json.loads(proc.stdout)
+
+
+def prom(path: str) -> dict:
+    return api_get("kube-prometheus-stack-prometheus:9090", path)["data"]
+
+
+def query(expr: str) -> list[dict]:
+    return prom(f"/api/v1/query?query={quote(expr)}")["result"]
+
+
+def wait_for(what: str, probe, timeout: float, interval: float = 3.0):
+    """probe() until it returns something truthy; fail with `what` and the last value."""
+    end, last = time.monotonic() + timeout, None
+    while time.monotonic() < end:
+        last = probe()
+        if last:
+            return last
+        time.sleep(interval)
+    pytest.fail(f"{what} within {timeout:.0f}s; last: {last!r}")
+
+
+def node_condition(node: str, kind: str) -> dict:
+    conditions = kubectl_json(f"get node {node}")["status"].get("conditions", [])
+    return next((c for c in conditions if c["type"] == kind), {})
+
+
+def remove_condition(node: str, kind: str) -> None:
+    """NPD's conditions outlive NPD: the Node keeps them until someone removes them."""
+    conditions = kubectl_json(f"get node {node}")["status"].get("conditions", [])
+    for i, c in enumerate(conditions):
+        if c["type"] == kind:
+            patch = json.dumps([{"op": "test", "path": f"/status/conditions/{i}/type", "value": kind},
+                                {"op": "remove", "path": f"/status/conditions/{i}"}])
+            on(CP, f"{KUBECTL} patch node {node} --subresource=status --type=json -p '{patch}'")
+            return
+
+
+class FeishuSink:
+    """The Feishu bot stand-in on the lab host: the relay Pod posts here (lab channel URLs)."""
+
+    def __init__(self, port: int = 9500):
+        self.posts: list[tuple[float, str, dict]] = []
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                sink.posts.append((time.monotonic(), self.path, body))
+                reply = b'{"code":0,"msg":"success"}'
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("0.0.0.0", port), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
 def cleanup() -> None:
+    for node in nvidia_nodes():
+        on(node, ": > /var/log/kern.log")
+        remove_condition(node, "GPUError")
     helm = "$(ls /opt/ai-platform/helm/*/linux-*/helm | tail -1)"
     for release in ("dcgm-exporter", "kube-prometheus-stack"):
         on(CP, f"{helm} --kubeconfig /etc/kubernetes/admin.conf -n monitoring uninstall {release} --wait=false "
                "2>/dev/null || true", timeout=300)
     on(CP, f"{KUBECTL} delete namespace monitoring --ignore-not-found --wait=false; "
+           f"{KUBECTL} -n kube-system delete daemonset,serviceaccount "
+           "-l app.kubernetes.io/name=node-problem-detector "
+           "--ignore-not-found; "
            f"{KUBECTL} -n kube-system delete configmap node-problem-detector-gpu --ignore-not-found; "
+           f"{KUBECTL} delete clusterrole,clusterrolebinding ai-l1-node-problem-detector --ignore-not-found; "
            f"{KUBECTL} get crd -o name | grep monitoring.coreos.com | xargs -r {KUBECTL} delete --wait=false",
        timeout=300)
     # Gone before the next run: a Terminating namespace refuses new objects.
@@ -121,18 +214,157 @@ def test_relay_deployment_and_secret(deployed):
     assert get("service", "feishu-relay")["spec"]["ports"][0]["port"] == 9099
 
 
-def test_grafana_sidecar_picks_up_the_dashboards_configmap(deployed):
+def test_dashboards_configmap_and_grafana_sidecar(deployed):
     cm = get("configmap", "ai-l1-gpu-dashboards")
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     for path in sorted((MON / "dashboards").glob("*.json")):
         assert json.loads(cm["data"][path.name]) == json.loads(path.read_text()), path.name
-    grafana = get("deployment", "kube-prometheus-stack-grafana")
+    # Grafana is off in the lab (licence): production's release, rendered with the shipped values.
+    chart = on(CP, "ls /var/cache/ai-platform/charts/kube-prometheus-stack-*.tgz").stdout.strip()
+    values = (MON / "kubernetes" / "kube-prometheus-stack-values.yaml").read_text()
+    helm = "$(ls /opt/ai-platform/helm/*/linux-*/helm | tail -1)"
+    proc = on(CP, f"{helm} template kube-prometheus-stack {chart} -n monitoring -f - <<'EOF'\n{values}\nEOF")
+    assert proc.returncode == 0, tail(proc)
+    grafana = next(d for d in yaml.safe_load_all(proc.stdout)
+                   if d and d["kind"] == "Deployment" and d["metadata"]["name"] == "kube-prometheus-stack-grafana")
     envs = [{e["name"]: e.get("value") for e in c.get("env", [])}
             for c in grafana["spec"]["template"]["spec"]["containers"]]
     # The dashboards sidecar watches ConfigMaps with this label.
     assert any(env.get("LABEL") == "grafana_dashboard" and env.get("LABEL_VALUE") == "1" for env in envs), envs
 
 
+def test_stack_pods_run(deployed):
+    gpu_nodes = nvidia_nodes()
+    assert len(gpu_nodes) >= 2, gpu_nodes
+
+    def ready():
+        pods = kubectl_json("get pods -A -l 'app.kubernetes.io/part-of in (ai-platform-l1)'")["items"]
+        pods += kubectl_json("-n monitoring get pods")["items"]
+        state = {}
+        for pod in pods:
+            name = pod["metadata"]["name"]
+            ok = pod["status"].get("phase") == "Running" and all(
+                c.get("ready") for c in pod["status"].get("containerStatuses", []))
+            state[name] = (ok, pod["spec"].get("nodeName"))
+        want = {"prometheus-kube-prometheus-stack-prometheus-0", "alertmanager-kube-prometheus-stack-alertmanager-0"}
+        prefixes = {"kube-prometheus-stack-operator-": 1, "feishu-relay-": 1, "dcgm-exporter-": len(gpu_nodes),
+                    "node-problem-detector-": len(gpu_nodes)}
+        missing = [n for n in want if not state.get(n, (False,))[0]]
+        for prefix, count in prefixes.items():
+            running = [n for n, (ok, _) in state.items() if n.startswith(prefix) and ok]
+            if len(running) < count:
+                missing.append(f"{prefix}* ({len(running)}/{count})")
+        return state if not missing else None
+
+    t0 = time.monotonic()
+    state = wait_for("the operator, Prometheus, Alertmanager, relay, dcgm-exporter and NPD pods Running", ready, 420, 5)
+    print(f"\ntiming monitoring_k8s pods ready after the run: {time.monotonic() - t0:.0f}s")
+    # The exporters and NPD on the NVIDIA nodes only.
+    for prefix in ("dcgm-exporter-", "node-problem-detector-"):
+        assert sorted(node for n, (_, node) in state.items() if n.startswith(prefix)) == gpu_nodes, (prefix, state)
+
+
+def test_prometheus_loaded_every_rule(deployed):
+    want = {r["alert"] for g in yaml.safe_load((MON / "rules" / "gpu-alerts.rules.yml").read_text())["groups"]
+            for r in g["rules"] if "alert" in r}
+
+    def loaded():
+        groups = prom("/api/v1/rules?type=alert")["groups"]
+        got = {r["name"] for g in groups for r in g["rules"]}
+        return got if want <= got else None
+
+    wait_for(f"Prometheus (real operator, PrometheusRule gpu-alerts) evaluating {sorted(want)}", loaded, 180, 5)
+    group = next(g for g in prom("/api/v1/rules")["groups"] if g["name"] == "gpu-failure")
+    assert group["interval"] == 30, group["interval"]
+
+
+def test_prometheus_scrapes_dcgm_every_5s_and_npd(deployed):
+    gpu_nodes = nvidia_nodes()
+
+    def targets():
+        active = prom("/api/v1/targets?state=active")["activeTargets"]
+        by_job = {}
+        for t in active:
+            by_job.setdefault(t["labels"].get("job"), []).append(t)
+        dcgm, npd = by_job.get("dcgm-exporter", []), by_job.get("node-problem-detector", [])
+        if len([t for t in dcgm if t["health"] == "up"]) == len(gpu_nodes) and \
+                len([t for t in npd if t["health"] == "up"]) == len(gpu_nodes):
+            return dcgm, npd
+        return None
+
+    dcgm, npd = wait_for("dcgm-exporter and NPD targets up on every NVIDIA node", targets, 240, 5)
+    assert {t["scrapeInterval"] for t in dcgm} == {"5s"}, [t["scrapeInterval"] for t in dcgm]
+    assert sorted(t["labels"]["node"] for t in npd) == gpu_nodes
+    # Every GPU of both nodes, named by its Node (NODE_NAME), not the Pod.
+    per_node = wait_for("8 GPUs per node in DCGM_FI_DEV_GPU_TEMP",
+                        lambda: {r["metric"]["Hostname"]: int(r["value"][1])
+                                 for r in query("count by (Hostname) (DCGM_FI_DEV_GPU_TEMP)")} or None, 60)
+    assert per_node == dict.fromkeys(gpu_nodes, 8), per_node
+    # The exporter collects at the scrape interval (-c 5000), not its 30 s default.
+    ds = get("daemonset", "dcgm-exporter")
+    args = ds["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("-c") + 1] == "5000", args
+
+
+def test_npd_reports_gpus_healthy(deployed):
+    for node in nvidia_nodes():
+        cond = wait_for(f"GPUError condition on {node}", lambda n=node: node_condition(n, "GPUError"), 120)
+        assert cond["status"] == "False" and cond["reason"] == "GPUIsHealthy", cond
+
+
+def test_xid_79_reaches_prometheus_npd_alertmanager_and_feishu(deployed):
+    """One injection, every hop asserted from its own API; the times from injection are printed."""
+    node = nvidia_nodes()[0]
+    sink = FeishuSink()
+    try:
+        t0 = time.monotonic()
+        # GPU 2 of the scenario (PCI 0000:47:00.0) falls off the bus.
+        on(node, "echo 'NVRM: Xid (PCI:0000:47:00): 79, pid=0, GPU has fallen off the bus.' >> /var/log/kern.log")
+        hops = {}
+        sel = f'Hostname="{node}",gpu="2"'
+        wait_for("the exporter's XID 79 in Prometheus",
+                 lambda: [r for r in query(f"DCGM_FI_DEV_XID_ERRORS{{{sel}}}") if r["value"][1] == "79"], 60, 2)
+        hops["exporter -> Prometheus"] = time.monotonic() - t0
+        cond = wait_for(f"NPD's GPUError True on {node}",
+                        lambda: (c := node_condition(node, "GPUError")).get("status") == "True" and c, 120, 3)
+        hops["NPD condition"] = time.monotonic() - t0
+        assert cond["reason"] == "GPUCardFailure" and "79" in cond["message"], cond
+
+        def firing():
+            alerts = prom("/api/v1/alerts")["alerts"]
+            return [a for a in alerts if a["labels"]["alertname"] == "GPUXidError" and a["state"] == "firing"
+                    and a["labels"].get("Hostname") == node]
+        (alert,) = wait_for("GPUXidError firing", firing, 180, 3)
+        hops["GPUXidError firing"] = time.monotonic() - t0
+        assert alert["labels"]["xid"] == "79" and alert["labels"]["gpu"] == "2", alert["labels"]
+
+        def in_alertmanager():
+            alerts = api_get("kube-prometheus-stack-alertmanager:9093", "/api/v2/alerts?active=true")
+            return [a for a in alerts if a["labels"]["alertname"] == "GPUXidError"
+                    and a["labels"].get("Hostname") == node]
+        wait_for("GPUXidError in Alertmanager", in_alertmanager, 60, 2)
+        hops["Alertmanager"] = time.monotonic() - t0
+
+        def delivered():
+            return [(t, path, body) for t, path, body in sink.posts
+                    if path.endswith("/critical") and "XID 79" in json.dumps(body, ensure_ascii=False)]
+        (when, _, body), *_ = wait_for("the relay's critical message at the Feishu sink", delivered, 90, 2)
+        hops["Feishu sink (critical)"] = when - t0
+        # The relay signs for a channel with a secret (Feishu's scheme: HMAC-SHA256 keyed by
+        # "<timestamp>\n<secret>" over nothing).
+        secret = LAB_VARS["monitoring_k8s_feishu_channels"]["critical"]["secret"]
+        key = f"{body['timestamp']}\n{secret}".encode()
+        assert body["sign"] == base64.b64encode(hmac.new(key, b"", hashlib.sha256).digest()).decode()
+        draining = wait_for("GPUNodeDraining firing (NPD's problem gauge)", lambda: [
+            a for a in prom("/api/v1/alerts")["alerts"]
+            if a["labels"]["alertname"] == "GPUNodeDraining" and a["state"] == "firing"
+            and a["labels"].get("node") == node], 150, 5)
+        hops["GPUNodeDraining firing"] = time.monotonic() - t0
+        assert draining[0]["labels"]["Hostname"] == node
+        print("\ntiming XID 79 -> " + ", ".join(f"{k}: {v:.0f}s" for k, v in hops.items()))
+    finally:
+        sink.close()
+        on(node, ": > /var/log/kern.log")
 def test_dcgm_exporter_uses_our_counters(deployed):
     cm = get("configmap", "dcgm-exporter-metrics")
     assert cm["data"]["dcgm-metrics.csv"] == (MON / "dcgm" / "counters.csv").read_text()
@@ -154,13 +386,30 @@ def test_dcgm_exporter_uses_our_counters(deployed):
                and r.get("action", "replace") == "replace" for r in relabel), relabel
 
 
-def test_npd_configmap_and_images(deployed):
+def test_npd_daemonset_and_images(deployed):
     npd = get("configmap", "node-problem-detector-gpu", namespace="kube-system")
-    assert npd["data"]["check_gpu.py"] == (MON / "npd" / "check_gpu.py").read_text()
+    for name in ("check_gpu.py", "check_gpu.sh"):
+        assert npd["data"][name] == (MON / "npd" / name).read_text(), name
     assert json.loads(npd["data"]["gpu-problem.json"]) == json.loads((MON / "npd" / "gpu-problem.json").read_text())
-    operator = get("deployment", "kube-prometheus-stack-operator")
-    image = operator["spec"]["template"]["spec"]["containers"][0]["image"]
-    assert image.startswith(f"{REGISTRY}/"), image
+    ds = get("daemonset", "node-problem-detector", namespace="kube-system")
+    container = ds["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["GPU_CHECK_KERNEL_LOG"] == LAB_VARS["monitoring_k8s_npd_kernel_log"]
+    assert ds["spec"]["template"]["spec"]["nodeSelector"] == {"accelerator": "nvidia"}
+    images = [container["image"]]
+    for name in ("kube-prometheus-stack-operator",):
+        images.append(get("deployment", name)["spec"]["template"]["spec"]["containers"][0]["image"])
+    for kind, name in (("prometheus", "kube-prometheus-stack-prometheus"),
+                       ("alertmanager", "kube-prometheus-stack-alertmanager")):
+        images.append(get(kind, name)["spec"]["image"])
+    manifest = yaml.safe_load((REPO / "artifacts" / "manifest.yml").read_text())
+    version = {a["name"]: a["version"] for a in manifest["artifacts"]}
+    for image in images:
+        assert image.startswith(f"{REGISTRY}/"), image
+    # Tags (and digests) from artifacts/manifest.yml, not the chart's defaults.
+    assert f":{version['prometheus-image']}@sha256:" in images[2], images[2]
+    assert f":{version['alertmanager-image']}@sha256:" in images[3], images[3]
+    assert f":{version['node-problem-detector-image']}@sha256:" in images[0], images[0]
 
 
 def test_second_run_changes_nothing(deployed):

@@ -25,4 +25,7 @@ echo a100 > "$stage/etc/ai-l1-lab/profile"
 podman exec "$container" sh -c "rm -rf /etc/ai-l1-lab/sysfs /etc/ai-l1-fake/nvml-scenario"
 # --no-overwrite-dir: existing /etc keeps its owner and mode.
 tar -C "$stage" -cf - etc | podman exec -i "$container" tar -xf - -C / --no-same-owner --no-overwrite-dir
+# The simulated kernel log: a lab node's journal gets no kernel messages, so XIDs are injected
+# by appending NVRM lines here (the fake dcgm-exporter and the NPD GPU plugin read it).
+podman exec "$container" sh -c 'touch /var/log/kern.log && chmod 0640 /var/log/kern.log'
 bash "$hw/nic/install.sh" "$container"   # RoCE NIC: fake mlnx_qos, ECN/GID sysfs (rdma_network)

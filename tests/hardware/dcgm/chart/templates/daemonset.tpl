@@ -17,6 +17,14 @@ spec:
         app.kubernetes.io/name: dcgm-exporter
         app.kubernetes.io/instance: {{ .Release.Name }}
     spec:
+      {{- with .Values.nodeSelector }}
+      nodeSelector:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with .Values.tolerations }}
+      tolerations:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
       volumes:
         - name: pod-gpu-resources
           hostPath:
@@ -24,11 +32,26 @@ spec:
         {{- with .Values.extraConfigMapVolumes }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
+        {{- range .Values.extraHostVolumes }}
+        - name: {{ .name }}
+          hostPath:
+            path: {{ .hostPath }}
+        {{- end }}
       containers:
         - name: exporter
           image: "{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}"
           imagePullPolicy: {{ .Values.image.pullPolicy }}
           args: {{ toJson .Values.arguments }}
+          env:
+            - name: DCGM_EXPORTER_KUBERNETES
+              value: "true"
+            - name: NODE_NAME
+              valueFrom:
+                fieldRef:
+                  fieldPath: spec.nodeName
+            {{- with .Values.extraEnv }}
+            {{- toYaml . | nindent 12 }}
+            {{- end }}
           ports:
             - name: metrics
               containerPort: {{ .Values.service.port }}
