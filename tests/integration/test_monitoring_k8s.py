@@ -136,9 +136,6 @@ class FeishuSink:
 
 
 def cleanup() -> None:
-    for node in nvidia_nodes():
-        on(node, ": > /var/log/kern.log")
-        remove_condition(node, "GPUError")
     helm = "$(ls /opt/ai-platform/helm/*/linux-*/helm | tail -1)"
     for release in ("dcgm-exporter", "kube-prometheus-stack"):
         on(CP, f"{helm} --kubeconfig /etc/kubernetes/admin.conf -n monitoring uninstall {release} --wait=false "
@@ -153,6 +150,12 @@ def cleanup() -> None:
        timeout=300)
     # Gone before the next run: a Terminating namespace refuses new objects.
     on(CP, f"{KUBECTL} wait --for=delete namespace/monitoring --timeout=180s 2>/dev/null || true", timeout=240)
+    # After NPD is gone (it would set the condition again): no injected XID, no GPUError left.
+    on(CP, f"{KUBECTL} -n kube-system wait --for=delete pod -l app.kubernetes.io/name=node-problem-detector "
+           "--timeout=120s 2>/dev/null || true", timeout=180)
+    for node in nvidia_nodes():
+        on(node, ": > /var/log/kern.log")
+        remove_condition(node, "GPUError")
 
 
 @pytest.fixture(scope="module")
