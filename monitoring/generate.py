@@ -63,7 +63,7 @@ def prometheus_rule():
 
 
 def npd_configmap():
-    src = "monitoring/npd/gpu-problem.json, monitoring/npd/check_gpu.sh and monitoring/npd/check_gpu.py"
+    src = "monitoring/npd/gpu-problem.json and check_gpu.{sh,py}"
     obj = {
         "apiVersion": "v1",
         "kind": "ConfigMap",

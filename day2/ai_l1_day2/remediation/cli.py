@@ -46,7 +46,7 @@ def _load(args) -> config_mod.Config:
 
 def serve(args) -> int:
     from .kube import KubeError, KubeNodes  # noqa: PLC0415
-    from .server import make_server  # noqa: PLC0415
+    from .server import make_server, tls_context  # noqa: PLC0415
     from .service import Service  # noqa: PLC0415
 
     logs.setup()
@@ -68,10 +68,16 @@ def serve(args) -> int:
     except (OSError, RuntimeError, sqlite3.Error) as exc:
         logs.log(LOG, logging.ERROR, f"state directory unusable: {exc}", state_dir=str(cfg.state_dir))
         return 3
-    server = make_server(service, cfg.host, cfg.port)
+    try:
+        tls = tls_context(cfg.tls_cert_file, cfg.tls_key_file) if cfg.tls_cert_file else None
+    except OSError as exc:  # ssl.SSLError too
+        logs.log(LOG, logging.ERROR, f"configuration error: listen.tls: {exc}", config=args.config)
+        return 2
+    server = make_server(service, cfg.host, cfg.port, tls)
     service.start()
     host, port = server.server_address[:2]
-    logs.log(LOG, logging.INFO, "listening", host=host, port=port, dry_run=cfg.dry_run, auth=cfg.auth.describe(),
+    logs.log(LOG, logging.INFO, "listening", host=host, port=port, tls=tls is not None, dry_run=cfg.dry_run,
+             auth=cfg.auth.describe(),
              state_dir=str(cfg.state_dir), workers=cfg.workers, operation=cfg.operation)
 
     def stop(signum, _frame):

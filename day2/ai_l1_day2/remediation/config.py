@@ -2,6 +2,7 @@
 for secrets. Secrets are never logged, never written to the store, never echoed in errors.
 
     listen: {host: 127.0.0.1, port: 9095}
+      # tls: {cert_file: /etc/ai-l1-remediate/tls/tls.crt, key_file: .../tls.key}   # HTTPS; both or neither
     state_dir: /var/lib/ai-l1-remediate      # SQLite store + one directory per job
     dry_run: false                            # decide and record, never run
     auth:
@@ -73,6 +74,8 @@ class Config:
     state_dir: Path
     host: str = "127.0.0.1"
     port: int = 9095
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
     dry_run: bool = False
     alerts: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_ALERTS))
     node_labels: tuple[str, ...] = DEFAULT_NODE_LABELS
@@ -137,6 +140,25 @@ def _secret(auth: dict, name: str, env: dict) -> str | None:
     return value or None
 
 
+def _tls_files(tls) -> tuple[Path | None, Path | None]:
+    """listen.tls: the certificate chain and its key (PEM files), both or neither, readable now."""
+    if tls is None:
+        return None, None
+    if not isinstance(tls, dict) or set(tls) - {"cert_file", "key_file"}:
+        raise ConfigError(f"listen.tls: expected {{cert_file, key_file}}, got {tls!r}")
+    files = []
+    for key in ("cert_file", "key_file"):
+        value = tls.get(key)
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"listen.tls.{key}: a PEM file path is required with listen.tls")
+        try:
+            Path(value).read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"listen.tls.{key}: cannot read {value}: {exc.strerror}") from None
+        files.append(Path(value))
+    return files[0], files[1]
+
+
 def _int_list(value, where: str) -> frozenset[int]:
     if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         raise ConfigError(f"{where}: expected a list of XID codes (integers), got {value!r}")
@@ -193,6 +215,7 @@ def load(  # noqa: PLR0912, PLR0915 (one check per key, in file order)
     cfg.port = _typed(listen, "port", int, "listen.", cfg.port)
     if not 0 <= cfg.port <= 65535:
         raise ConfigError(f"listen.port: {cfg.port} is not a TCP port")
+    cfg.tls_cert_file, cfg.tls_key_file = _tls_files(listen.get("tls"))
     cfg.dry_run = _typed(raw, "dry_run", bool, "", False)
     alerts = raw.get("alerts", DEFAULT_ALERTS)
     if not isinstance(alerts, dict) or not alerts or not all(isinstance(v, str) and LABEL_VALUE.match(v)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
+import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
@@ -30,7 +32,15 @@ LISTEN_BACKLOG = 128  # Alertmanager replicas and retries connect at once (socke
 AUDIT_FIELD_MAX = 256  # what a refused request may put into the audit log, per field
 
 
-def make_server(service: Service, host: str, port: int) -> ThreadingHTTPServer:
+def tls_context(cert_file, key_file) -> ssl.SSLContext:
+    """Server side, TLS 1.2 or newer (ssl.SSLError on a bad certificate or a key that does not match)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(cert_file, key_file)
+    return context
+
+
+def make_server(service: Service, host: str, port: int, tls: ssl.SSLContext | None = None) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         server_version = "ai-l1-remediate"
         sys_version = ""
@@ -127,6 +137,22 @@ def make_server(service: Service, host: str, port: int) -> ThreadingHTTPServer:
 
     class Server(ThreadingHTTPServer):
         request_queue_size = LISTEN_BACKLOG
+
+        def get_request(self):
+            conn, addr = super().get_request()
+            if tls is not None:
+                # The handshake runs in the request's thread (on its first read), under the
+                # socket timeout: a client that never finishes it holds no other client up.
+                conn.settimeout(SOCKET_TIMEOUT_S)
+                conn = tls.wrap_socket(conn, server_side=True, do_handshake_on_connect=False)
+            return conn, addr
+
+        def handle_error(self, request, client_address):
+            if isinstance(sys.exc_info()[1], (ssl.SSLError, ConnectionError, TimeoutError)):
+                log(LOG, logging.WARNING, "connection failed", remote=client_address[0],
+                    error=str(sys.exc_info()[1])[:AUDIT_FIELD_MAX])
+                return
+            super().handle_error(request, client_address)
 
     server = Server((host, port), Handler)
     server.daemon_threads = True
