@@ -30,6 +30,7 @@ import base64
 import hashlib
 import hmac
 import json
+import ssl
 import tempfile
 import threading
 import time
@@ -52,7 +53,7 @@ REGISTRY = LAB_VARS["monitoring_k8s_image_registry"]
 def run_play(*extra: str, timeout: int = 600):
     t0 = time.monotonic()
     proc = sh("ansible-playbook", "-i", LAB_INVENTORY, PLAYBOOK, "--limit", CP,
-              "-e", "monitoring_k8s_enabled=true", *extra, timeout=timeout)
+              "-e", "monitoring_k8s_enabled=true", "-e", f"@{remediation_extra_vars()}", *extra, timeout=timeout)
     return proc, time.monotonic() - t0
 
 
@@ -107,17 +108,19 @@ def remove_condition(node: str, kind: str) -> None:
             return
 
 
-class FeishuSink:
-    """The Feishu bot stand-in on the lab host: the relay Pod posts here (lab channel URLs)."""
+class Sink:
+    """A webhook sink on the lab host (Pods reach it at its lab-network address): the Feishu bot
+    stand-in (lab channel URLs), and, with TLS, what Alertmanager posts to the remediation URL
+    (the receiver itself is not deployed in the cluster yet)."""
 
-    def __init__(self, port: int = 9500):
-        self.posts: list[tuple[float, str, dict]] = []
+    def __init__(self, port: int, context: ssl.SSLContext | None = None):
+        self.posts: list[tuple[float, str, dict, dict]] = []
         sink = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                sink.posts.append((time.monotonic(), self.path, body))
+                sink.posts.append((time.monotonic(), self.path, body, dict(self.headers)))
                 reply = b'{"code":0,"msg":"success"}'
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(reply)))
@@ -128,11 +131,44 @@ class FeishuSink:
                 pass
 
         self.server = ThreadingHTTPServer(("0.0.0.0", port), Handler)
+        if context is not None:
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def FeishuSink() -> Sink:  # noqa: N802 (reads as the class it returns)
+    return Sink(9500)
+
+
+# Alertmanager's route to the remediation receiver, over https with a bearer token: the lab
+# host's address in a certificate of its own CA (self-signed), made once per run.
+REMEDIATION_PORT = 9096
+REMEDIATION_TOKEN = "lab-remediation-token-0123456789"
+REMEDIATION_DIR = Path(tempfile.mkdtemp(prefix="ai-l1-remediation-tls."))
+LAB_HOST_IP = REGISTRY.split(":")[0]
+
+
+def remediation_extra_vars() -> Path:
+    crt, key = REMEDIATION_DIR / "tls.crt", REMEDIATION_DIR / "tls.key"
+    if not crt.exists():
+        sh("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+           "-keyout", key, "-out", crt, "-days", "2", "-subj", "/CN=ai-l1-remediate-lab",
+           "-addext", f"subjectAltName=IP:{LAB_HOST_IP}", check=True)
+    extra = REMEDIATION_DIR / "extra.json"
+    extra.write_text(json.dumps({"monitoring_k8s_remediation_url": f"https://{LAB_HOST_IP}:{REMEDIATION_PORT}/webhook",
+                                 "monitoring_k8s_remediation_token": REMEDIATION_TOKEN,
+                                 "monitoring_k8s_remediation_ca": crt.read_text()}))
+    return extra
+
+
+def remediation_sink() -> Sink:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(REMEDIATION_DIR / "tls.crt", REMEDIATION_DIR / "tls.key")
+    return Sink(REMEDIATION_PORT, context)
 
 
 def cleanup() -> None:
@@ -195,9 +231,22 @@ def test_alertmanager_routes_to_the_relay(deployed):
     secret = get("secret", "alertmanager-kube-prometheus-stack-alertmanager")
     config = yaml.safe_load(base64.b64decode(secret["data"]["alertmanager.yaml"]))
     source = yaml.safe_load((MON / "alertmanager" / "alertmanager.yml").read_text())
-    assert config["route"]["routes"] == source["route"]["routes"]
+    # The remediation route first (monitoring_k8s_remediation_url), then the seed's routes.
+    first, *rest = config["route"]["routes"]
+    assert rest == source["route"]["routes"]
+    assert first["receiver"] == "ai-l1-remediation" and first["continue"] is True, first
+    assert first["matchers"] == ['alertname=~"GPUXidError|GPUECCUncorrectableError|GPUNodeUnavailable|'
+                                 'GPURowRemapFailure|GPUFallenOffBus"'], first
+    hook = next(r for r in config["receivers"] if r["name"] == "ai-l1-remediation")["webhook_configs"][0]
+    secrets = "/etc/alertmanager/secrets/ai-l1-remediation-receiver"
+    assert hook["http_config"]["authorization"] == {"type": "Bearer", "credentials_file": f"{secrets}/token"}
+    assert hook["http_config"]["tls_config"]["ca_file"] == f"{secrets}/ca.crt"
+    assert hook["send_resolved"] is False
+    am = get("alertmanager", "kube-prometheus-stack-alertmanager")
+    assert "ai-l1-remediation-receiver" in am["spec"]["secrets"], am["spec"].get("secrets")
     assert config["inhibit_rules"] == source["inhibit_rules"]
-    urls = {r["name"]: [h["url"] for h in r.get("webhook_configs", [])] for r in config["receivers"]}
+    urls = {r["name"]: [h["url"] for h in r.get("webhook_configs", [])] for r in config["receivers"]
+            if r["name"] != "ai-l1-remediation"}
     for name in ("feishu-critical", "feishu-warning", "feishu-info"):
         channel = name.split("-", 1)[1]
         assert urls[name] == [f"http://feishu-relay.monitoring.svc:9099/feishu/{channel}"], urls
@@ -318,7 +367,7 @@ def test_npd_reports_gpus_healthy(deployed):
 def test_xid_79_reaches_prometheus_npd_alertmanager_and_feishu(deployed):
     """One injection, every hop asserted from its own API; the times from injection are printed."""
     node = nvidia_nodes()[0]
-    sink = FeishuSink()
+    sink, remediation = FeishuSink(), remediation_sink()
     try:
         t0 = time.monotonic()
         # GPU 2 of the scenario (PCI 0000:47:00.0) falls off the bus.
@@ -348,8 +397,17 @@ def test_xid_79_reaches_prometheus_npd_alertmanager_and_feishu(deployed):
         wait_for("GPUXidError in Alertmanager", in_alertmanager, 60, 2)
         hops["Alertmanager"] = time.monotonic() - t0
 
+        # The remediation route: first, with the bearer token, over https checked against the CA.
+        def routed():
+            return [(t, h, b) for t, path, b, h in remediation.posts if path == "/webhook"
+                    and any(a["labels"].get("alertname") == "GPUXidError" for a in b.get("alerts", []))]
+        (when, headers, body), *_ = wait_for("GPUXidError at the remediation URL", routed, 60, 2)
+        hops["remediation webhook"] = when - t0
+        assert headers.get("Authorization") == f"Bearer {REMEDIATION_TOKEN}", headers.get("Authorization")
+        assert body["version"] == "4" and body["alerts"][0]["labels"]["xid"] == "79", body
+
         def delivered():
-            return [(t, path, body) for t, path, body in sink.posts
+            return [(t, path, body) for t, path, body, _ in sink.posts
                     if path.endswith("/critical") and "XID 79" in json.dumps(body, ensure_ascii=False)]
         (when, _, body), *_ = wait_for("the relay's critical message at the Feishu sink", delivered, 90, 2)
         hops["Feishu sink (critical)"] = when - t0
@@ -367,6 +425,7 @@ def test_xid_79_reaches_prometheus_npd_alertmanager_and_feishu(deployed):
         print("\ntiming XID 79 -> " + ", ".join(f"{k}: {v:.0f}s" for k, v in hops.items()))
     finally:
         sink.close()
+        remediation.close()
         on(node, ": > /var/log/kern.log")
 def test_dcgm_exporter_uses_our_counters(deployed):
     cm = get("configmap", "dcgm-exporter-metrics")
