@@ -69,6 +69,14 @@ def test_other_alerts_and_resolved_are_ignored(tmp_path):
     assert decide(svc, alert(name="GPUHighTemperature"), alert(status="resolved")) == ["ignored", "ignored"]
 
 
+@pytest.mark.parametrize(("name", "kind"), [("GPURowRemapFailure", "row-remap-failure"),
+                                            ("GPUFallenOffBus", "gpu-lost")])
+def test_row_remap_failure_and_gpu_fallen_off_the_bus_isolate(tmp_path, name, kind):
+    """The health signals monitoring/rules added for the policy, in the default alerts map."""
+    [d] = service(tmp_path).handle_payload(payload(alert(name=name, host="gpu1")))
+    assert (d["decision"], d["node"], d["kind"]) == ("queued", "gpu1", kind), d
+
+
 def test_node_from_instance_address_and_unknown_node(tmp_path):
     svc = service(tmp_path)
     unavailable = {"alertname": "GPUNodeUnavailable", "instance": "10.0.0.2:9400", "job": "dcgm-exporter"}

@@ -14,6 +14,8 @@ for secrets. Secrets are never logged, never written to the store, never echoed 
       GPUXidError: xid                        # xid-<code> when the code is known
       GPUECCUncorrectableError: ecc-uncorrectable
       GPUNodeUnavailable: gpu-unavailable
+      GPURowRemapFailure: row-remap-failure
+      GPUFallenOffBus: gpu-lost
     node_labels: [Hostname, node, kubernetes_io_hostname, instance]
     xid: {ignore: [13, 31, 43, 45, 68, 109], allow: [], unknown: refuse}
     dedupe_window_s: 3600
@@ -48,6 +50,9 @@ DEFAULT_ALERTS = {
     "GPUXidError": "xid",
     "GPUECCUncorrectableError": "ecc-uncorrectable",
     "GPUNodeUnavailable": "gpu-unavailable",
+    # monitoring/rules: a row the GPU could not remap; a GPU NVML lost while its exporter is up.
+    "GPURowRemapFailure": "row-remap-failure",
+    "GPUFallenOffBus": "gpu-lost",
 }
 LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,50}[A-Za-z0-9])?$")
 DEFAULT_NODE_LABELS = ("Hostname", "node", "kubernetes_io_hostname", "instance")
