@@ -158,13 +158,14 @@ def test_receiver_and_its_run_child_killed_no_second_run_beside_the_orphan(lab, 
     rcv.start()
     try:
         [first] = rcv.post_alerts(alert("GPUXidError", "gpu1"))
-        running = rcv.wait_job(first["job_id"], states=("running",), ident=True, timeout=60)
+        # Not `running`: that name is the liveness check the loop below calls.
+        started = rcv.wait_job(first["job_id"], states=("running",), ident=True, timeout=60)
         job_dir = rcv.state_dir / "jobs" / f"job-{first['job_id']:06d}"
         rcv.kill9()
-        os.kill(running["pid"], signal.SIGKILL)
+        os.kill(started["pid"], signal.SIGKILL)
         time.sleep(0.5)
         orphans = run_pids(job_dir)
-        print(f"\nkilled the receiver and run child {running['pid']}; left running: {orphans}")
+        print(f"\nkilled the receiver and run child {started['pid']}; left running: {orphans}")
         rcv.start()
         runs_while_orphaned = set()
         while any(running(pid) for pid in orphans):
