@@ -33,9 +33,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 from test_monitoring_k8s import (  # noqa: E402
     MON,
-    FeishuSink,
+    Sink,
     api_get,
     cleanup,
+    feishu_sink,
     node_condition,
     nvidia_nodes,
     on,
@@ -69,7 +70,7 @@ def until(probe, timeout: float, interval: float = 1.0):
     return None
 
 
-def inject(node: str, gpu: int, bus: str, sink: FeishuSink, first_on_node: bool) -> dict[str, float | None]:
+def inject(node: str, gpu: int, bus: str, sink: Sink, first_on_node: bool) -> dict[str, float | None]:
     seen = len(sink.posts)
     t0 = time.monotonic()
     on(node, f"echo 'NVRM: Xid (PCI:{bus}): 79, pid=0, GPU has fallen off the bus.' >> /var/log/kern.log")
@@ -118,7 +119,7 @@ def main() -> int:
     nodes = nvidia_nodes()
     targets = [(node, gpu) for gpu in range(8) for node in nodes][: args.n]
     buses = pci_buses()
-    sink = FeishuSink()
+    sink = feishu_sink()
     samples = []
     try:
         # The stack must be scraping before the first injection counts.

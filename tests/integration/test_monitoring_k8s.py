@@ -140,7 +140,8 @@ class Sink:
         self.server.server_close()
 
 
-def FeishuSink() -> Sink:  # noqa: N802 (reads as the class it returns)
+def feishu_sink() -> Sink:
+    """Where the lab's Feishu channel URLs point (inventories/lab monitoring_k8s_feishu_channels)."""
     return Sink(9500)
 
 
@@ -367,7 +368,7 @@ def test_npd_reports_gpus_healthy(deployed):
 def test_xid_79_reaches_prometheus_npd_alertmanager_and_feishu(deployed):
     """One injection, every hop asserted from its own API; the times from injection are printed."""
     node = nvidia_nodes()[0]
-    sink, remediation = FeishuSink(), remediation_sink()
+    sink, remediation = feishu_sink(), remediation_sink()
     try:
         t0 = time.monotonic()
         # GPU 2 of the scenario (PCI 0000:47:00.0) falls off the bus.
