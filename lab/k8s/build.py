@@ -464,6 +464,97 @@ def build_lab(v: dict[str, str], gover: str, jobs: int, base: str) -> tuple[list
     return results, [(r, build_image(r)) for r in lab_image_recipes(bins, base, python_base)]
 
 
+# ---------------------------------------------------------------- the remediation receiver
+
+RECEIVER_UID = 65532
+RECEIVER_PACKAGES = ["ansible-core", "ansible-runner", "kubernetes"]
+RECEIVER_HOME = "/opt/ai-l1"
+# What the receiver's isolation runs need of the repository (playbooks/day2/isolate.yml).
+RECEIVER_PROJECT = ["playbooks/day2", "roles/node_drain", "collections/ansible_collections/ai_platform/l1"]
+RECEIVER_ANSIBLE_CFG = f"""\
+# The receiver image's Ansible configuration (lab/k8s/build.py): the project under {RECEIVER_HOME}/project.
+[defaults]
+collections_path = {RECEIVER_HOME}/project/collections
+roles_path = {RECEIVER_HOME}/project/roles
+interpreter_python = auto_silent
+retry_files_enabled = false
+host_key_checking = false
+local_tmp = /tmp/.ansible-local
+remote_tmp = /tmp/.ansible-remote
+"""
+
+
+def tree_files(dest: str, src: Path, bytecode: bool = False) -> dict[str, Path]:
+    """Every file under src, at dest/<relative path>; bytecode caches only with `bytecode` (the
+    ones receiver_python compiled; a checkout's own are whatever its Python left there)."""
+    return {f"{dest}/{p.relative_to(src)}": p for p in sorted(src.rglob("*"))
+            if p.is_file() and (bytecode or "__pycache__" not in p.parts)}
+
+
+def receiver_python() -> Path:
+    """ansible-core, ansible-runner and the Kubernetes client at the lock's versions, installed for
+    bookworm's python3 (this host's /usr/bin/python3 is the same release: the scripts' shebangs
+    and the compiled extensions fit the image), byte-compiled with unchecked hashes (the image's
+    files carry a fixed mtime, and its file system is read-only)."""
+    py = run(["/usr/bin/python3", "-c", "import sys; print(sys.version.split()[0])"]).strip()
+    lock = REPO / "requirements.txt"
+    key = digest({"packages": RECEIVER_PACKAGES, "lock": sha256_file(lock), "python": py, "rev": RECIPE_REVISION})
+    root = K8S_CACHE / "receiver-python" / key[:16]
+    if (root / ".complete").exists():
+        return root
+    t0 = time.monotonic()
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    run([sys.executable, "-m", "pip", "--python", "/usr/bin/python3", "install", "--quiet", "--no-compile",
+         "--root-user-action=ignore", "--no-warn-script-location", "--target", str(root), "-c", str(lock),
+         *RECEIVER_PACKAGES])
+    shutil.rmtree(root / "ansible_test", ignore_errors=True)
+    run(["/usr/bin/python3", "-m", "compileall", "-q", "-j", "0", "--invalidation-mode", "unchecked-hash", str(root)])
+    (root / ".complete").write_text(key + "\n")
+    log(f"receiver python packages in {time.monotonic() - t0:.0f}s")
+    return root
+
+
+def receiver_image_recipe(manifest: manifestlib.Manifest, base: str, site: Path, bundled: Path,
+                          cfg: Path) -> ImageRecipe:
+    """ai-l1-remediate with what its isolation runs need: the day2 package, ansible-core and
+    ansible-runner with the Kubernetes client (`site`, from receiver_python), the isolate
+    playbook and its role, this repository's collection and kubernetes.core (from `bundled`, the
+    pinned `ansible` bundle's ansible_collections), and the image's ansible.cfg (`cfg`)."""
+    python_dir = f"{RECEIVER_HOME}/python"
+    files = {path: src for path, src in tree_files(python_dir, site, bytecode=True).items() if not path.endswith("/.complete")}
+    files.update(tree_files(f"{python_dir}/ai_l1_day2", REPO / "day2" / "ai_l1_day2"))
+    for part in RECEIVER_PROJECT:
+        files.update(tree_files(f"{RECEIVER_HOME}/project/{part}", REPO / part))
+    files.update(tree_files(f"{RECEIVER_HOME}/project/collections/ansible_collections/kubernetes/core",
+                            bundled / "kubernetes" / "core"))
+    files[f"{RECEIVER_HOME}/project/ansible.cfg"] = cfg
+    return ImageRecipe(
+        "remediation-receiver-image", "remediation-receiver", manifest.get("remediation-receiver-image").version,
+        files, ["/usr/bin/python3", "-m", "ai_l1_day2.remediation"], base=base, user=f"{RECEIVER_UID}:{RECEIVER_UID}",
+        cmd=["serve", "--config", "/etc/ai-l1-remediate/remediation.yml"],
+        env={"PYTHONPATH": python_dir, "PATH": f"{python_dir}/bin:/usr/local/bin:/usr/bin:/bin",
+             "ANSIBLE_CONFIG": f"{RECEIVER_HOME}/project/ansible.cfg", "AI_L1_PROJECT_DIR": f"{RECEIVER_HOME}/project",
+             "HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1"})
+
+
+def build_receiver(manifest: manifestlib.Manifest) -> tuple[ImageRecipe, dict]:
+    def add_user(rootfs: Path) -> None:
+        with open(rootfs / "etc" / "passwd", "a") as fh:
+            fh.write(f"ai-l1-remediate:x:{RECEIVER_UID}:{RECEIVER_UID}::/tmp:/usr/sbin/nologin\n")
+        with open(rootfs / "etc" / "group", "a") as fh:
+            fh.write(f"ai-l1-remediate:x:{RECEIVER_UID}:\n")
+
+    base = ensure_debian_base("receiver-base", ["python3"], add_user, {"uid": RECEIVER_UID})
+    import ansible_collections  # noqa: PLC0415 (the pinned `ansible` bundle of this venv)
+    bundled = next(Path(p) for p in ansible_collections.__path__ if (Path(p) / "kubernetes" / "core").is_dir())
+    cfg = K8S_CACHE / "receiver-ansible.cfg"
+    if not cfg.exists() or cfg.read_text() != RECEIVER_ANSIBLE_CFG:
+        cfg.write_text(RECEIVER_ANSIBLE_CFG)
+    recipe = receiver_image_recipe(manifest, base, receiver_python(), bundled, cfg)
+    return recipe, build_image(recipe)
+
+
 # ---------------------------------------------------------------- pause (C, static)
 
 def build_pause(v: dict[str, str], k8s_src: Path) -> dict:
@@ -609,6 +700,7 @@ class ImageRecipe:
     user: str = ""
     cmd: list[str] = field(default_factory=list)
     links: dict[str, str] = field(default_factory=dict)  # path in image -> symlink target
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def ref(self) -> str:
@@ -641,6 +733,7 @@ def rootfs_tar(dest: Path, recipe: ImageRecipe) -> None:
 def build_image(recipe: ImageRecipe) -> dict:
     lines = [f"FROM {recipe.base}", "ADD rootfs.tar /",
              "ENV PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin"]
+    lines += [f"ENV {k}={json.dumps(v)}" for k, v in sorted(recipe.env.items())]
     if recipe.user:
         lines.append(f"USER {recipe.user}")
     lines.append(f"ENTRYPOINT {json.dumps(recipe.entrypoint)}")
@@ -731,6 +824,7 @@ def main(argv: list[str] | None = None) -> int:
             results += lab_results
             images += lab_images
             images += [(r, build_image(r)) for r in monitoring_image_recipes(manifest, bins, base)]
+            images.append(build_receiver(manifest))
             record = {"arch": ARCH, "versions": v, "artifacts": {},
                       "lab_images": {r.artifact: {"image": r.ref, "target": f"ai-l1-{r.name}:{r.tag}"}
                                      for r, _ in lab_images}}

@@ -104,7 +104,7 @@ def test_versions_refuse_an_etcd_image_from_another_etcd():
         build.versions(manifest)
 
 
-def test_every_manifest_image_has_a_lab_recipe():
+def test_every_manifest_image_has_a_lab_recipe(tmp_path):
     manifest = lib.load()
     v = build.versions(manifest)
     bins = {n: Path("/x") for n in ("kube-apiserver", "kube-controller-manager", "kube-scheduler",
@@ -112,12 +112,14 @@ def test_every_manifest_image_has_a_lab_recipe():
     recipes = {r.artifact: r for r in build.image_recipes(v, bins, "base")}
     monitoring_bins = {n: Path("/x") for r in build.monitoring_recipes(manifest) for n in r.binaries}
     recipes.update({r.artifact: r for r in build.monitoring_image_recipes(manifest, monitoring_bins, "base")})
+    receiver = build.receiver_image_recipe(manifest, "base", tmp_path, tmp_path, tmp_path / "ansible.cfg")
+    recipes[receiver.artifact] = receiver
     images = {a.name: a for a in manifest.artifacts.values()
               if a.is_image and not any(a.name.startswith(p) for p in build.NOT_BUILT)}
     assert set(recipes) == set(images)
     for name, recipe in recipes.items():
         # Tagged as `kubeadm config images list` names them (or the charts do), under the local prefix.
-        upstream = lib.render(images[name].template, {"registry_k8s_io": "", "quay_io": "",
+        upstream = lib.render(images[name].template, {"registry_k8s_io": "", "quay_io": "", "ai_platform": "",
                                                      "version": images[name].version})
         assert recipe.ref.endswith(upstream.split("/")[-1]), (recipe.ref, upstream)
         assert recipe.tag == images[name].version
@@ -197,3 +199,29 @@ def test_monitoring_images_use_one_operator_release():
     manifest.get("prometheus-config-reloader-image").version = "v0.92.0"
     with pytest.raises(build.BuildError, match="one release"):
         build.monitoring_recipes(manifest)
+
+
+def test_receiver_image_holds_the_isolation_run_and_nothing_of_the_lab(tmp_path):
+    """The isolate playbook, its role, both collections and the day2 package are in the image;
+    the lab (inventories, tests/hardware) is not."""
+    site, bundled = tmp_path / "site", tmp_path / "bundle"
+    (site / "ansible_runner").mkdir(parents=True)
+    (site / "ansible_runner" / "__init__.py").write_text("")
+    (site / "ansible_runner" / "__pycache__").mkdir()
+    (site / "ansible_runner" / "__pycache__" / "x.pyc").write_text("")
+    (bundled / "kubernetes" / "core" / "plugins").mkdir(parents=True)
+    (bundled / "kubernetes" / "core" / "plugins" / "k8s.py").write_text("")
+    recipe = build.receiver_image_recipe(lib.load(), "base", site, bundled, tmp_path / "ansible.cfg")
+    files = set(recipe.files)
+    home = build.RECEIVER_HOME
+    for needed in ("project/playbooks/day2/isolate.yml", "project/playbooks/day2/validate_request.yml",
+                   "project/roles/node_drain/tasks/drain.yml", "project/ansible.cfg",
+                   "project/collections/ansible_collections/kubernetes/core/plugins/k8s.py",
+                   "project/collections/ansible_collections/ai_platform/l1/galaxy.yml",
+                   "python/ai_l1_day2/remediation/server.py", "python/ansible_runner/__init__.py",
+                   "python/ansible_runner/__pycache__/x.pyc"):
+        assert f"{home}/{needed}" in files, needed
+    assert not [f for f in files if ("__pycache__" in f and "/python/ansible_runner/" not in f) or "inventories" in f
+                or "hardware" in f or "/.complete" in f]
+    assert recipe.env["AI_L1_PROJECT_DIR"] == f"{home}/project"
+    assert recipe.user == f"{build.RECEIVER_UID}:{build.RECEIVER_UID}"
