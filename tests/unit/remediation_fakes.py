@@ -31,6 +31,7 @@ class FakeNodes:
         self.cordons = []
         self.fail_cordon = False
         self.down = False
+        self.pods: dict[str, list[str]] = {}  # node -> Pods a drain still has to evict
 
     def check(self):
         if self.down:
@@ -40,6 +41,9 @@ class FakeNodes:
         self.calls += 1
         return {k: NodeInfo(v.name, dict(v.labels), v.unschedulable, tuple(v.taints), tuple(v.addresses))
                 for k, v in self.items.items()}
+
+    def pods_to_evict(self, name):
+        return list(self.pods.get(name, []))
 
     def cordon(self, name, annotation, reason):
         if self.fail_cordon:

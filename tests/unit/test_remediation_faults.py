@@ -157,3 +157,20 @@ def test_finished_job_directories_beyond_the_retention_are_removed(tmp_path):
     assert sorted(p.name for p in svc.cfg.jobs_dir.iterdir()) == [
         f"job-{ids[1]:06d}", f"job-{ids[2]:06d}", "job-000099"]
     assert svc.store.job(ids[0])["state"] == "done"  # the row and the audit stay
+
+
+def test_readyz_needs_no_credentials_and_tells_only_up_or_down(served):
+    """kubelet's probes carry no token: /readyz answers them, with no detail a caller could use."""
+    svc, url = served
+
+    def anonymous(path):
+        try:
+            with urllib.request.urlopen(f"{url}{path}", timeout=10) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    assert anonymous("/readyz") == (200, {"status": "ok"})
+    assert anonymous("/healthz")[0] == 401
+    svc.nodes.down = True
+    assert anonymous("/readyz") == (503, {"status": "unhealthy"})

@@ -129,6 +129,28 @@ def test_recovery_dead_run_but_node_isolated_is_done_without_rerun(tmp_path):
     assert job["state"] == "done" and "isolation completed" in job["message"] and b.executor.started == []
 
 
+def test_recovery_dead_run_node_cordoned_and_tainted_but_not_drained_runs_again(tmp_path):
+    """A receiver Pod deleted mid-drain takes its run with it: cordon and taint are there, the
+    workload is not evicted yet. The job is run again (the playbook finishes the drain), once."""
+    nodes = FakeNodes()
+    b, job_id = dead_receiver_left_running(tmp_path, nodes=nodes)
+    nodes.isolate("gpu1")
+    nodes.pods["gpu1"] = ["team-a/train-0"]
+    b.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not b.executor.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)
+    finally:
+        b.stop()
+    assert [j for j, _ in b.executor.started] == [job_id], b.executor.started
+    [recovered] = b.store.audit_entries("job.recovered")
+    assert recovered["decision"] == "dead"
+    [requeued] = b.store.audit_entries("job.requeued")
+    assert "1 Pods are left to evict" in requeued["reason"] and "not isolated completely" in requeued["reason"]
+
+
 def test_recovery_dead_run_node_not_isolated_runs_again_once(tmp_path):
     b, job_id = dead_receiver_left_running(tmp_path)
     b.start()

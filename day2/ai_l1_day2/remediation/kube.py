@@ -6,6 +6,10 @@ from __future__ import annotations
 from .policy import NodeInfo
 
 
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+FINISHED = ("Succeeded", "Failed")
+
+
 class KubeError(RuntimeError):
     pass
 
@@ -46,6 +50,25 @@ class KubeNodes:
 
     def node(self, name: str) -> NodeInfo | None:
         return self.nodes().get(name)
+
+    def pods_to_evict(self, name: str) -> list[str]:
+        """namespace/name of the Pods a drain of the Node still has to evict, by the rules of
+        kubectl drain (the filter ai_platform.l1.drain_blockers the playbook judges with):
+        mirror and DaemonSet Pods stay, finished Pods do not count."""
+        try:
+            pods = self._api.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}",
+                                                         _request_timeout=10).items
+        except Exception as exc:
+            raise KubeError(f"listing the Pods on {name} failed: {exc}") from exc
+        left = []
+        for pod in pods:
+            meta = pod.metadata
+            if MIRROR_ANNOTATION in (meta.annotations or {}) or (pod.status and pod.status.phase in FINISHED):
+                continue
+            if any(ref.kind == "DaemonSet" for ref in meta.owner_references or []):
+                continue
+            left.append(f"{meta.namespace}/{meta.name}")
+        return sorted(left)
 
     def cordon(self, name: str, annotation: str, reason: str) -> None:
         """spec.unschedulable with the reason beside it, in one patch (as roles/node_drain does)."""

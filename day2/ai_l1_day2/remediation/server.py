@@ -112,6 +112,11 @@ def make_server(service: Service, host: str, port: int, tls: ssl.SSLContext | No
             self._send(200, {"decisions": decisions, "ms": round((time.monotonic() - t0) * 1000, 1)})
 
         def do_GET(self):  # noqa: N802
+            if urlsplit(self.path).path == "/readyz":
+                # For kubelet's probes, which carry no credentials: up or not, no details.
+                ok = all(v == "ok" for v in service.health().values())
+                self._send(200 if ok else 503, {"status": "ok" if ok else "unhealthy"})
+                return
             if not self._authorised(b""):
                 return
             url = urlsplit(self.path)

@@ -302,15 +302,26 @@ class Service:
             node = self.nodes.nodes().get(job["node"])
         except Exception as exc:  # noqa: BLE001
             node, why = None, f"{why}; reading the Node failed ({exc})"
+        left = None
         if node is not None and node.unschedulable and self.cfg.isolated_taint in node.taints:
-            self._durably("finish", self.store.finish_job, job["id"], "done", status="unknown", rc=None,
-                          message=f"{why}; Node {job['node']} is cordoned and tainted: isolation completed")
-            return
+            # Cordoned and tainted come first in the run; the drain is last, and a run killed
+            # with its receiver (a Pod deleted) may have stopped halfway through it.
+            try:
+                left = self.nodes.pods_to_evict(job["node"])
+            except Exception as exc:  # noqa: BLE001
+                why = f"{why}; listing its Pods failed ({exc})"
+            if left == []:
+                self._durably("finish", self.store.finish_job, job["id"], "done", status="unknown", rc=None,
+                              message=f"{why}; Node {job['node']} is cordoned, tainted and drained: isolation completed")
+                return
+            if left:
+                why = f"{why}; Node {job['node']} is cordoned and tainted, but {len(left)} Pods are left to evict"
         if job["attempts"] >= self.cfg.max_attempts:
             self._durably("finish", self.store.finish_job, job["id"], "failed", status="unknown", rc=None,
                           message=f"{why}; {job['attempts']} attempts, run.max_attempts reached")
             return
-        self._durably("requeue", self.store.requeue, job["id"], f"{why}; Node {job['node']} is not isolated: run again")
+        self._durably("requeue", self.store.requeue, job["id"],
+                      f"{why}; Node {job['node']} is not isolated{'' if left is None else ' completely'}: run again")
         with self._wake:
             self._wake.notify_all()
 
