@@ -522,7 +522,8 @@ def receiver_image_recipe(manifest: manifestlib.Manifest, base: str, site: Path,
     playbook and its role, this repository's collection and kubernetes.core (from `bundled`, the
     pinned `ansible` bundle's ansible_collections), and the image's ansible.cfg (`cfg`)."""
     python_dir = f"{RECEIVER_HOME}/python"
-    files = {path: src for path, src in tree_files(python_dir, site, bytecode=True).items() if not path.endswith("/.complete")}
+    files = {path: src for path, src in tree_files(python_dir, site, bytecode=True).items()
+             if not path.endswith("/.complete")}
     files.update(tree_files(f"{python_dir}/ai_l1_day2", REPO / "day2" / "ai_l1_day2"))
     for part in RECEIVER_PROJECT:
         files.update(tree_files(f"{RECEIVER_HOME}/project/{part}", REPO / part))
@@ -823,8 +824,8 @@ def main(argv: list[str] | None = None) -> int:
             lab_results, lab_images = build_lab(v, gover, args.jobs, base)
             results += lab_results
             images += lab_images
-            images += [(r, build_image(r)) for r in monitoring_image_recipes(manifest, bins, base)]
-            images.append(build_receiver(manifest))
+            images += [*((r, build_image(r)) for r in monitoring_image_recipes(manifest, bins, base)),
+                       build_receiver(manifest)]
             record = {"arch": ARCH, "versions": v, "artifacts": {},
                       "lab_images": {r.artifact: {"image": r.ref, "target": f"ai-l1-{r.name}:{r.tag}"}
                                      for r, _ in lab_images}}

@@ -17,7 +17,11 @@ dashboards ConfigMap and Grafana's sidecar (rendered: Grafana is off in the lab)
 changes nothing, a broken rule file or Alertmanager configuration is refused before anything is
 applied (the objects keep their resourceVersion).
 
-Not here: the remediation receiver in the cluster (not deployed by a role yet). The dcgm-exporter
+The remediation receiver is deployed in the same run (roles/remediation_receiver, kubernetes
+mode): one-GPU workloads on both A100 nodes, XID 79 on both at once; one node is cordoned, tainted
+and drained by the receiver (its workload evicted), the other refused by the pool ceiling (audit
+log); a wrong token is refused (401) and isolates nothing; the receiver's Pod deleted mid-drain
+finishes its job once after the restart. The dcgm-exporter
 chart is the lab's stand-in (tests/hardware/dcgm/chart, see lab/charts/build.py): the Go module
 proxy refuses NVIDIA's repository. Namespace `monitoring`, NPD, both releases and the
 operator's CRDs are removed at the end, and the injected XID and the GPUError condition with
@@ -30,7 +34,7 @@ import base64
 import hashlib
 import hmac
 import json
-import ssl
+import os
 import tempfile
 import threading
 import time
@@ -40,7 +44,8 @@ from urllib.parse import quote
 
 import pytest
 import yaml
-from conftest import CONTROL_PLANES, KUBECTL, LAB_INVENTORY, OVERLAY, REPO, kubectl_json, on, recap, sh, tail
+from conftest import CONTROL_PLANES, KUBECTL, LAB_INVENTORY, OVERLAY, REPO, WORKERS, kubectl_json, on, recap, sh, tail
+from remediation_lab import Api, alert, fetch_kubeconfig, payload
 
 PLAYBOOK = REPO / "playbooks" / "monitoring.yml"
 MON = REPO / "monitoring"
@@ -53,7 +58,7 @@ REGISTRY = LAB_VARS["monitoring_k8s_image_registry"]
 def run_play(*extra: str, timeout: int = 600):
     t0 = time.monotonic()
     proc = sh("ansible-playbook", "-i", LAB_INVENTORY, PLAYBOOK, "--limit", CP,
-              "-e", "monitoring_k8s_enabled=true", "-e", f"@{remediation_extra_vars()}", *extra, timeout=timeout)
+              "-e", "monitoring_k8s_enabled=true", "-e", f"@{receiver_extra_vars()}", *extra, timeout=timeout)
     return proc, time.monotonic() - t0
 
 
@@ -110,10 +115,9 @@ def remove_condition(node: str, kind: str) -> None:
 
 class Sink:
     """A webhook sink on the lab host (Pods reach it at its lab-network address): the Feishu bot
-    stand-in (lab channel URLs), and, with TLS, what Alertmanager posts to the remediation URL
-    (the receiver itself is not deployed in the cluster yet)."""
+    stand-in (lab channel URLs)."""
 
-    def __init__(self, port: int, context: ssl.SSLContext | None = None):
+    def __init__(self, port: int):
         self.posts: list[tuple[float, str, dict, dict]] = []
         sink = self
 
@@ -131,8 +135,6 @@ class Sink:
                 pass
 
         self.server = ThreadingHTTPServer(("0.0.0.0", port), Handler)
-        if context is not None:
-            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self) -> None:
@@ -145,34 +147,106 @@ def feishu_sink() -> Sink:
     return Sink(9500)
 
 
-# Alertmanager's route to the remediation receiver, over https with a bearer token: the lab
-# host's address in a certificate of its own CA (self-signed), made once per run.
-REMEDIATION_PORT = 9096
-REMEDIATION_TOKEN = "lab-remediation-token-0123456789"
-REMEDIATION_DIR = Path(tempfile.mkdtemp(prefix="ai-l1-remediation-tls."))
-LAB_HOST_IP = REGISTRY.split(":")[0]
+# The remediation receiver, deployed in the cluster by roles/remediation_receiver (kubernetes
+# mode) in the same run; Alertmanager routes the GPU alerts to it with this token.
+RECEIVER_NS = "ai-l1-remediation"
+RECEIVER_TOKEN = "lab-remediation-token-" + os.urandom(8).hex()
+RECEIVER_CONFIG = "/etc/ai-l1-remediate/config/remediation.yml"
+RECEIVER_URL = f"https://ai-l1-remediate.{RECEIVER_NS}.svc:9095/webhook"
+RECEIVER_VARS = yaml.safe_load((LAB_INVENTORY / "group_vars" / "all" / "remediation_receiver.yml").read_text())
+EXTRA_DIR = Path(tempfile.mkdtemp(prefix="ai-l1-monitoring-test."))
+WORKLOAD_NS = "fault-test"
+WORKLOAD_IMAGE = f"{REGISTRY}/ai-l1-lab/workload:v0.1.0"
+GPU_LIMITS = {"nvidia.com/gpu": "1", "cpu": "20m", "memory": "16Mi"}
 
 
-def remediation_extra_vars() -> Path:
-    crt, key = REMEDIATION_DIR / "tls.crt", REMEDIATION_DIR / "tls.key"
-    if not crt.exists():
-        sh("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-           "-keyout", key, "-out", crt, "-days", "2", "-subj", "/CN=ai-l1-remediate-lab",
-           "-addext", f"subjectAltName=IP:{LAB_HOST_IP}", check=True)
-    extra = REMEDIATION_DIR / "extra.json"
-    extra.write_text(json.dumps({"monitoring_k8s_remediation_url": f"https://{LAB_HOST_IP}:{REMEDIATION_PORT}/webhook",
-                                 "monitoring_k8s_remediation_token": REMEDIATION_TOKEN,
-                                 "monitoring_k8s_remediation_ca": crt.read_text()}))
+def receiver_extra_vars() -> Path:
+    extra = EXTRA_DIR / "receiver.json"
+    extra.write_text(json.dumps({"remediation_receiver_mode": "kubernetes",
+                                 "remediation_receiver_token": RECEIVER_TOKEN}))
     return extra
 
 
-def remediation_sink() -> Sink:
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(REMEDIATION_DIR / "tls.crt", REMEDIATION_DIR / "tls.key")
-    return Sink(REMEDIATION_PORT, context)
+def receiver_cli(what: str, node: str | None = None) -> list[dict]:
+    """The receiver's store (ai-l1-remediate jobs|audit), read inside its Pod."""
+    proc = on(CP, f"{KUBECTL} -n {RECEIVER_NS} exec deploy/ai-l1-remediate -- python3 -m ai_l1_day2.remediation "
+                  f"{what} --config {RECEIVER_CONFIG}" + (f" --node {node}" if node else ""), timeout=60)
+    assert proc.returncode == 0, tail(proc)
+    return json.loads(proc.stdout)
+
+
+POST = """
+import json, ssl, sys, urllib.error, urllib.request
+token = sys.argv[1] if len(sys.argv) > 1 else open("/etc/ai-l1-remediate/secret/token").read().strip()
+ctx = ssl.create_default_context(cafile="/etc/ai-l1-remediate/secret/tls.crt")
+ctx.check_hostname = False  # 127.0.0.1 inside the Pod; the certificate names the Service
+req = urllib.request.Request("https://127.0.0.1:9095/webhook", data=sys.stdin.buffer.read(),
+                             headers={"Authorization": "Bearer " + token, "Content-Type": "application/json"})
+try:
+    with urllib.request.urlopen(req, context=ctx, timeout=30) as resp:
+        print(resp.status, resp.read().decode())
+except urllib.error.HTTPError as exc:
+    print(exc.code, exc.read().decode())
+"""
+
+
+def receiver_post(body: dict, token: str | None = None) -> tuple[int, dict]:
+    """POST a webhook to the receiver from inside its Pod (as Alertmanager would, over TLS)."""
+    code = base64.b64encode(POST.encode()).decode()
+    proc = on(CP, f"{KUBECTL} -n {RECEIVER_NS} exec -i deploy/ai-l1-remediate -- python3 -c "
+                  f"\"import base64; exec(base64.b64decode('{code}'))\" {token or ''} <<'EOF'\n{json.dumps(body)}\nEOF",
+              timeout=60)
+    assert proc.returncode == 0, tail(proc)
+    status, text = proc.stdout.strip().split(" ", 1)
+    return int(status), json.loads(text)
+
+
+def workload(node: str, grace: int, prefix: str = "train") -> str:
+    """A one-GPU Deployment pinned to `node` with a PodDisruptionBudget (maxUnavailable 1, so a
+    drain may evict it). Its sleep is PID 1 and ignores SIGTERM: a Pod takes `grace` seconds to go."""
+    name = f"{prefix}-{node}"
+    labels = {"app": name}
+    docs = [
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": WORKLOAD_NS},
+         "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
+             "metadata": {"labels": labels},
+             "spec": {"nodeSelector": {"kubernetes.io/hostname": node}, "terminationGracePeriodSeconds": grace,
+                      "containers": [{"name": "train", "image": WORKLOAD_IMAGE,
+                                      "env": [{"name": "AI_L1_WORKLOAD_SLEEP", "value": "3600"}],
+                                      "resources": {"limits": GPU_LIMITS, "requests": GPU_LIMITS}}]}}}},
+        {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name, "namespace": WORKLOAD_NS},
+         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}}},
+    ]
+    text = "\n---\n".join(json.dumps(d) for d in docs)
+    proc = on(CP, f"{KUBECTL} create namespace {WORKLOAD_NS} 2>/dev/null; {KUBECTL} apply -f - <<'EOF'\n{text}\nEOF")
+    assert proc.returncode == 0, tail(proc)
+    return name
+
+
+def workload_pods(name: str) -> list[dict]:
+    return kubectl_json(f"-n {WORKLOAD_NS} get pods -l app={name}")["items"]
+
+
+def running_pod(name: str, timeout: float = 120) -> str:
+    pods = wait_for(f"workload {name} Running", lambda: [
+        p for p in workload_pods(name) if p["status"].get("phase") == "Running"
+        and not p["metadata"].get("deletionTimestamp")], timeout, 3)
+    return pods[0]["metadata"]["name"]
+
+
+def node_state(node: str) -> dict:
+    n = kubectl_json(f"get node {node}")
+    return {"unschedulable": bool(n["spec"].get("unschedulable")),
+            "taints": {t["key"]: f"{t.get('value', '')}:{t['effect']}" for t in n["spec"].get("taints", [])}}
 
 
 def cleanup() -> None:
+    # The receiver first (it would act on what the stack's removal fires), its store with it.
+    on(CP, f"{KUBECTL} delete namespace {RECEIVER_NS} {WORKLOAD_NS} --ignore-not-found --wait=false; "
+           f"{KUBECTL} delete clusterrole,clusterrolebinding ai-platform:ai-l1-remediate --ignore-not-found; "
+           f"{KUBECTL} wait --for=delete namespace/{RECEIVER_NS} --timeout=120s 2>/dev/null || true", timeout=180)
+    host_path_node = RECEIVER_VARS["remediation_receiver_host_path_node"]
+    on(host_path_node, "rm -rf /var/lib/ai-l1-remediate")
     helm = "$(ls /opt/ai-platform/helm/*/linux-*/helm | tail -1)"
     for release in ("dcgm-exporter", "kube-prometheus-stack"):
         on(CP, f"{helm} --kubeconfig /etc/kubernetes/admin.conf -n monitoring uninstall {release} --wait=false "
@@ -202,14 +276,21 @@ def deployed(k8s_cluster):
     if missing:
         pytest.fail(f"the lab mirror does not serve {', '.join(missing)}: run python lab/charts/build.py, "
                     "bash lab/k8s/build.sh and python lab/mirror/mirror.py up (make lab-artifacts)")
+    api = Api(fetch_kubeconfig(LAB_INVENTORY, CP, EXTRA_DIR / "admin.conf"))
+    # What the receiver's isolations change on the workers is put back at the end.
+    snapshot = api.snapshot(WORKERS)
+    busy = [n for n, st in snapshot.items() if st["unschedulable"]]
+    if busy:
+        pytest.fail(f"workers {busy} are cordoned before the test: the pool ceiling test needs them in service")
     first, first_s = run_play()
     print(f"\ntiming monitoring_k8s first run: {first_s:.0f}s")
     try:
         assert first.returncode == 0, f"monitoring.yml (Kubernetes path) failed:\n{tail(first, 120)}"
-        yield {"first": first, "first_s": first_s}
+        yield {"first": first, "first_s": first_s, "api": api, "snapshot": snapshot}
     finally:
         t0 = time.monotonic()
         cleanup()
+        print("restored:", api.restore(snapshot))
         print(f"timing monitoring_k8s cleanup: {time.monotonic() - t0:.0f}s")
 
 
@@ -243,6 +324,10 @@ def test_alertmanager_routes_to_the_relay(deployed):
     assert hook["http_config"]["authorization"] == {"type": "Bearer", "credentials_file": f"{secrets}/token"}
     assert hook["http_config"]["tls_config"]["ca_file"] == f"{secrets}/ca.crt"
     assert hook["send_resolved"] is False
+    # ... to the deployed receiver, trusting exactly its serving certificate.
+    assert hook["url"] == RECEIVER_URL, hook
+    ca = base64.b64decode(get("secret", "ai-l1-remediation-receiver")["data"]["ca.crt"])
+    assert ca == base64.b64decode(get("secret", "ai-l1-remediate", RECEIVER_NS)["data"]["tls.crt"])
     am = get("alertmanager", "kube-prometheus-stack-alertmanager")
     assert "ai-l1-remediation-receiver" in am["spec"]["secrets"], am["spec"].get("secrets")
     assert config["inhibit_rules"] == source["inhibit_rules"]
@@ -265,6 +350,46 @@ def test_relay_deployment_and_secret(deployed):
     script = get("configmap", "feishu-relay")["data"]["feishu_relay.py"]
     assert script == (MON / "relay" / "feishu_relay.py").read_text()
     assert get("service", "feishu-relay")["spec"]["ports"][0]["port"] == 9099
+
+
+def test_receiver_runs_with_only_the_verbs_an_isolation_needs(deployed):
+    deploy = get("deployment", "ai-l1-remediate", RECEIVER_NS)
+    assert deploy["status"].get("readyReplicas") == 1, deploy["status"]
+    assert deploy["spec"]["replicas"] == 1 and deploy["spec"]["strategy"]["type"] == "Recreate"
+    pod = deploy["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    manifest = yaml.safe_load((REPO / "artifacts" / "manifest.yml").read_text())
+    version = {a["name"]: a["version"] for a in manifest["artifacts"]}
+    assert container["image"].startswith(f"{REGISTRY}/remediation-receiver:"
+                                         f"{version['remediation-receiver-image']}@sha256:"), container["image"]
+    assert pod["serviceAccountName"] == "ai-l1-remediate"
+    assert pod["securityContext"]["runAsNonRoot"] is True and container["securityContext"]["readOnlyRootFilesystem"]
+    # The store outlives the Pod: a host path on the one Node the Pod is pinned to.
+    state = next(v for v in pod["volumes"] if v["name"] == "state")
+    assert state["hostPath"]["path"] == "/var/lib/ai-l1-remediate", state
+    assert pod["nodeSelector"]["kubernetes.io/hostname"] == RECEIVER_VARS["remediation_receiver_host_path_node"]
+    running = kubectl_json(f"-n {RECEIVER_NS} get pods -l app.kubernetes.io/name=ai-l1-remediate")["items"]
+    assert [p["spec"]["nodeName"] for p in running] == [RECEIVER_VARS["remediation_receiver_host_path_node"]]
+    role = kubectl_json("get clusterrole ai-platform:ai-l1-remediate")
+    rules = sorted((tuple(r["resources"]), tuple(sorted(r["verbs"]))) for r in role["rules"])
+    assert rules == [(("nodes",), ("get", "list", "patch")), (("pods",), ("get", "list")),
+                     (("pods/eviction",), ("create",))], rules
+    sa = f"system:serviceaccount:{RECEIVER_NS}:ai-l1-remediate"
+    for verb, resource, allowed in (("patch", "nodes", "yes"), ("create", "pods/eviction", "yes"),
+                                    ("delete", "pods", "no"), ("get", "secrets", "no"), ("delete", "nodes", "no")):
+        proc = on(CP, f"{KUBECTL} auth can-i {verb} {resource} --as {sa}")
+        assert proc.stdout.strip() == allowed, (verb, resource, proc.stdout)
+    secret = get("secret", "ai-l1-remediate", RECEIVER_NS)
+    assert sorted(secret["data"]) == ["tls.crt", "tls.key", "token"]
+    assert base64.b64decode(secret["data"]["token"]).decode() == RECEIVER_TOKEN
+    config = yaml.safe_load(get("configmap", "ai-l1-remediate", RECEIVER_NS)["data"]["remediation.yml"])
+    assert config["ceiling"] == RECEIVER_VARS["remediation_receiver_policy"]["ceiling"]
+    # The secret is a mounted file, never in the ConfigMap; the runs use the Pod's ServiceAccount.
+    assert config["auth"] == {"token_file": "/etc/ai-l1-remediate/secret/token"}, config["auth"]
+    assert {k: config["run"]["extravars"][k] for k in ("day2_api_host", "day2_kubeconfig")} == \
+        {"day2_api_host": "receiver-local", "day2_kubeconfig": ""}
+    inventory = yaml.safe_load(get("configmap", "ai-l1-remediate", RECEIVER_NS)["data"]["hosts.yml"])
+    assert sorted(inventory["all"]["children"]["k8s_worker"]["hosts"]) == sorted(WORKERS)
 
 
 def test_dashboards_configmap_and_grafana_sidecar(deployed):
@@ -365,69 +490,168 @@ def test_npd_reports_gpus_healthy(deployed):
         assert cond["status"] == "False" and cond["reason"] == "GPUIsHealthy", cond
 
 
-def test_xid_79_reaches_prometheus_npd_alertmanager_and_feishu(deployed):
-    """One injection, every hop asserted from its own API; the times from injection are printed."""
-    node = nvidia_nodes()[0]
-    sink, remediation = feishu_sink(), remediation_sink()
+XID_79 = "NVRM: Xid (PCI:0000:47:00): 79, pid=0, GPU has fallen off the bus."
+
+
+def npd_feishu_and_draining(nodes: list[str], isolated: str, sink: Sink, t0: float, hops: dict) -> None:
+    """The hops after the isolation: NPD's condition on every faulty node, the relay's critical
+    messages (the XID, the isolate playbook's NodeIsolated) and GPUNodeDraining."""
+    for node in nodes:
+        cond = wait_for(f"NPD's GPUError True on {node}",
+                        lambda n=node: (c := node_condition(n, "GPUError")).get("status") == "True" and c, 120, 3)
+        assert cond["reason"] == "GPUCardFailure" and "79" in cond["message"], cond
+    hops["NPD condition"] = time.monotonic() - t0
+
+    def delivered(text):
+        return lambda: [(t, body) for t, path, body, _ in sink.posts
+                        if path.endswith("/critical") and text in json.dumps(body, ensure_ascii=False)]
+    (when, body), *_ = wait_for("the relay's critical XID message at the Feishu sink", delivered("XID 79"), 90, 2)
+    hops["Feishu sink (critical)"] = when - t0
+    # The relay signs for a channel with a secret (Feishu's scheme: HMAC-SHA256 keyed by
+    # "<timestamp>\n<secret>" over nothing).
+    secret = LAB_VARS["monitoring_k8s_feishu_channels"]["critical"]["secret"]
+    key = f"{body['timestamp']}\n{secret}".encode()
+    assert body["sign"] == base64.b64encode(hmac.new(key, b"", hashlib.sha256).digest()).decode()
+    # The isolate playbook's own critical alert, through Alertmanager and the relay.
+    wait_for("NodeIsolated at the Feishu sink", delivered(f"Node {isolated} isolated"), 120, 2)
+    hops["NodeIsolated at Feishu"] = time.monotonic() - t0
+    wait_for("GPUNodeDraining firing (NPD's problem gauge)", lambda: [
+        a for a in prom("/api/v1/alerts")["alerts"]
+        if a["labels"]["alertname"] == "GPUNodeDraining" and a["state"] == "firing"
+        and a["labels"].get("node") == isolated], 150, 5)
+    hops["GPUNodeDraining firing"] = time.monotonic() - t0
+
+
+def test_xid_79_on_every_gpu_node_isolates_one_within_the_pool_ceiling(deployed):
+    """XID 79 on GPU 2 of both A100 nodes at once, a one-GPU workload on each. With no test code in
+    between, every hop asserted from its own API: the exporter, Prometheus (GPUXidError firing),
+    Alertmanager, the deployed receiver (a job), the Node cordoned, tainted and drained (the
+    workload evicted within its PodDisruptionBudget), NPD's condition, the Feishu sink (critical).
+    The pool ceiling (0.5 of 2 nodes) lets one isolation through; the other node's is refused,
+    in the audit log, and its workload keeps running. The times from injection are printed."""
+    nodes = nvidia_nodes()
+    assert len(nodes) == 2, nodes
+    names = {node: workload(node, grace=2) for node in nodes}
+    before = {node: running_pod(name) for node, name in names.items()}
+    sink = feishu_sink()
     try:
         t0 = time.monotonic()
-        # GPU 2 of the scenario (PCI 0000:47:00.0) falls off the bus.
-        on(node, "echo 'NVRM: Xid (PCI:0000:47:00): 79, pid=0, GPU has fallen off the bus.' >> /var/log/kern.log")
+        for node in nodes:
+            on(node, f"echo '{XID_79}' >> /var/log/kern.log")
         hops = {}
-        sel = f'Hostname="{node}",gpu="2"'
-        wait_for("the exporter's XID 79 in Prometheus",
-                 lambda: [r for r in query(f"DCGM_FI_DEV_XID_ERRORS{{{sel}}}") if r["value"][1] == "79"], 60, 2)
+        wait_for("the exporter's XID 79 of both nodes in Prometheus", lambda: len(
+            [r for r in query('DCGM_FI_DEV_XID_ERRORS{gpu="2"} == 79') if r["metric"]["Hostname"] in nodes]) == 2,
+            60, 2)
         hops["exporter -> Prometheus"] = time.monotonic() - t0
-        cond = wait_for(f"NPD's GPUError True on {node}",
-                        lambda: (c := node_condition(node, "GPUError")).get("status") == "True" and c, 120, 3)
-        hops["NPD condition"] = time.monotonic() - t0
-        assert cond["reason"] == "GPUCardFailure" and "79" in cond["message"], cond
 
         def firing():
-            alerts = prom("/api/v1/alerts")["alerts"]
-            return [a for a in alerts if a["labels"]["alertname"] == "GPUXidError" and a["state"] == "firing"
-                    and a["labels"].get("Hostname") == node]
-        (alert,) = wait_for("GPUXidError firing", firing, 180, 3)
+            alerts = [a for a in prom("/api/v1/alerts")["alerts"] if a["labels"]["alertname"] == "GPUXidError"
+                      and a["state"] == "firing" and a["labels"].get("Hostname") in nodes]
+            return alerts if len(alerts) == 2 else None
+        alerts = wait_for("GPUXidError firing for both nodes", firing, 180, 3)
         hops["GPUXidError firing"] = time.monotonic() - t0
-        assert alert["labels"]["xid"] == "79" and alert["labels"]["gpu"] == "2", alert["labels"]
+        assert {(a["labels"]["xid"], a["labels"]["gpu"]) for a in alerts} == {("79", "2")}, alerts
 
         def in_alertmanager():
             alerts = api_get("kube-prometheus-stack-alertmanager:9093", "/api/v2/alerts?active=true")
-            return [a for a in alerts if a["labels"]["alertname"] == "GPUXidError"
-                    and a["labels"].get("Hostname") == node]
-        wait_for("GPUXidError in Alertmanager", in_alertmanager, 60, 2)
+            hosts = {a["labels"].get("Hostname") for a in alerts if a["labels"]["alertname"] == "GPUXidError"}
+            return hosts >= set(nodes)
+        wait_for("GPUXidError of both nodes in Alertmanager", in_alertmanager, 60, 2)
         hops["Alertmanager"] = time.monotonic() - t0
 
-        # The remediation route: first, with the bearer token, over https checked against the CA.
-        def routed():
-            return [(t, h, b) for t, path, b, h in remediation.posts if path == "/webhook"
-                    and any(a["labels"].get("alertname") == "GPUXidError" for a in b.get("alerts", []))]
-        (when, headers, body), *_ = wait_for("GPUXidError at the remediation URL", routed, 60, 2)
-        hops["remediation webhook"] = when - t0
-        assert headers.get("Authorization") == f"Bearer {REMEDIATION_TOKEN}", headers.get("Authorization")
-        assert body["version"] == "4" and body["alerts"][0]["labels"]["xid"] == "79", body
+        def cordoned():
+            return [n for n in nodes if node_state(n)["unschedulable"]]
+        [isolated] = wait_for("a Node cordoned by the receiver", cordoned, 120, 1)
+        hops["Node cordoned"] = time.monotonic() - t0
+        [spared] = [n for n in nodes if n != isolated]
+        state = wait_for(f"the fault taint on {isolated}", lambda: (
+            st := node_state(isolated))["taints"].get("ai-platform.io/fault") and st, 60, 1)
+        assert state["taints"]["ai-platform.io/fault"] == "xid-79:NoSchedule", state
+        wait_for(f"the workload Pod {before[isolated]} evicted from {isolated}", lambda: before[isolated] not in
+                 [p["metadata"]["name"] for p in workload_pods(names[isolated])], 120, 1)
+        hops["workload evicted"] = time.monotonic() - t0
+        job = wait_for(f"the receiver's job for {isolated} done", lambda: [
+            j for j in receiver_cli("jobs", isolated) if j["state"] == "done"], 180, 3)[0]
+        hops["drain complete (job done)"] = time.monotonic() - t0
+        assert job["attempts"] == 1 and job["kind"] == "xid-79", job
+        assert len(receiver_cli("jobs", isolated)) == 1
 
-        def delivered():
-            return [(t, path, body) for t, path, body, _ in sink.posts
-                    if path.endswith("/critical") and "XID 79" in json.dumps(body, ensure_ascii=False)]
-        (when, _, body), *_ = wait_for("the relay's critical message at the Feishu sink", delivered, 90, 2)
-        hops["Feishu sink (critical)"] = when - t0
-        # The relay signs for a channel with a secret (Feishu's scheme: HMAC-SHA256 keyed by
-        # "<timestamp>\n<secret>" over nothing).
-        secret = LAB_VARS["monitoring_k8s_feishu_channels"]["critical"]["secret"]
-        key = f"{body['timestamp']}\n{secret}".encode()
-        assert body["sign"] == base64.b64encode(hmac.new(key, b"", hashlib.sha256).digest()).decode()
-        draining = wait_for("GPUNodeDraining firing (NPD's problem gauge)", lambda: [
-            a for a in prom("/api/v1/alerts")["alerts"]
-            if a["labels"]["alertname"] == "GPUNodeDraining" and a["state"] == "firing"
-            and a["labels"].get("node") == node], 150, 5)
-        hops["GPUNodeDraining firing"] = time.monotonic() - t0
-        assert draining[0]["labels"]["Hostname"] == node
-        print("\ntiming XID 79 -> " + ", ".join(f"{k}: {v:.0f}s" for k, v in hops.items()))
+        # The other node: refused by the ceiling, recorded, untouched.
+        refused = [e for e in receiver_cli("audit", spared) if e["decision"] == "refused"]
+        assert refused and "pool ceiling" in refused[0]["reason"], receiver_cli("audit", spared)
+        assert receiver_cli("jobs", spared) == []
+        assert not node_state(spared)["unschedulable"]
+        assert running_pod(names[spared], timeout=10) == before[spared]
+        # The evicted workload's replacement cannot land on the isolated node.
+        assert all(p["spec"].get("nodeName") != isolated for p in workload_pods(names[isolated])
+                   if not p["metadata"].get("deletionTimestamp"))
+
+        npd_feishu_and_draining(nodes, isolated, sink, t0, hops)
+        print(f"\ntiming XID 79 ({isolated} isolated, {spared} refused) -> "
+              + ", ".join(f"{k}: {v:.0f}s" for k, v in hops.items()))
     finally:
         sink.close()
-        remediation.close()
-        on(node, ": > /var/log/kern.log")
+        for node in nodes:
+            on(node, ": > /var/log/kern.log")
+
+
+def test_wrong_token_is_refused_and_isolates_nothing(deployed):
+    spared = [n for n in nvidia_nodes() if not node_state(n)["unschedulable"]]
+    assert spared, "no A100 node in service"
+    before = len(receiver_cli("audit"))
+    status, body = receiver_post(payload(alert("GPUECCUncorrectableError", spared[0], xid=None)),
+                                 token="not-the-token-0123456789")
+    assert status == 401, body
+    assert not node_state(spared[0])["unschedulable"]
+    assert receiver_cli("jobs", spared[0]) == []
+    entries = receiver_cli("audit")[before:]
+    refused = [e for e in entries if e["event"] == "auth.refused"]
+    assert len(refused) == 1 and refused[0]["reason"] == "bearer token does not match", entries
+
+
+def test_receiver_pod_deleted_mid_isolation_finishes_the_job_once(deployed):
+    """The receiver's Pod is deleted while its isolation drains a workload that takes 40 s to
+    stop: the run dies with the Pod. The new Pod finds the job in its store (the host path
+    outlives the Pod), sees the Node cordoned and tainted but not drained, and runs it again:
+    one job, done, the workload evicted."""
+    api = deployed["api"]
+    # The earlier XID alerts resolve once the kernel logs are clean; then both nodes go back in
+    # service, so that the pool ceiling allows this isolation.
+    wait_for("GPUXidError resolved", lambda: not [
+        a for a in prom("/api/v1/alerts")["alerts"] if a["labels"]["alertname"] == "GPUXidError"], 180, 5)
+    print("restored:", api.restore(deployed["snapshot"]))
+    node = nvidia_nodes()[0]
+    name = workload(node, grace=40, prefix="slow")
+    slow = running_pod(name)
+    old_pod = kubectl_json(f"-n {RECEIVER_NS} get pods -l app.kubernetes.io/name=ai-l1-remediate")["items"][0]
+    status, body = receiver_post(payload(alert("GPUECCUncorrectableError", node, xid=None)))
+    assert status == 200 and body["decisions"][0]["decision"] == "queued", body
+    job_id = body["decisions"][0]["job_id"]
+    wait_for(f"the drain evicting {slow}", lambda: any(
+        p["metadata"]["name"] == slow and p["metadata"].get("deletionTimestamp") for p in workload_pods(name)), 90, 1)
+    [running] = [j for j in receiver_cli("jobs", node) if j["id"] == job_id]
+    assert running["state"] == "running", running
+    on(CP, f"{KUBECTL} -n {RECEIVER_NS} delete pod {old_pod['metadata']['name']} --wait=false")
+    t0 = time.monotonic()
+
+    def new_pod_ready():
+        pods = kubectl_json(f"-n {RECEIVER_NS} get pods -l app.kubernetes.io/name=ai-l1-remediate")["items"]
+        return [p for p in pods if p["metadata"]["uid"] != old_pod["metadata"]["uid"]
+                and all(c.get("ready") for c in p["status"].get("containerStatuses", [{}]))]
+    wait_for("a new receiver Pod ready", new_pod_ready, 180, 2)
+    print(f"\ntiming receiver Pod replaced in {time.monotonic() - t0:.0f}s")
+    job = wait_for(f"job {job_id} finished", lambda: [
+        j for j in receiver_cli("jobs", node) if j["id"] == job_id and j["state"] in ("done", "failed")], 240, 3)[0]
+    assert job["state"] == "done", job
+    assert [j["id"] for j in receiver_cli("jobs", node)] == [job_id], "a second job for the same fault"
+    recovered = [e for e in receiver_cli("audit", node) if e["event"] == "job.recovered"]
+    assert [e["decision"] for e in recovered] == ["dead"], recovered
+    assert job["attempts"] == 2, job  # the killed run, then the one that finished the drain
+    assert slow not in [p["metadata"]["name"] for p in workload_pods(name)]
+    state = node_state(node)
+    assert state["unschedulable"] and state["taints"]["ai-platform.io/fault"] == "ecc-uncorrectable:NoSchedule", state
+
+
 def test_dcgm_exporter_uses_our_counters(deployed):
     cm = get("configmap", "dcgm-exporter-metrics")
     assert cm["data"]["dcgm-metrics.csv"] == (MON / "dcgm" / "counters.csv").read_text()

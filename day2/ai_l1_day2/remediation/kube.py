@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from .policy import NodeInfo
 
-
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 FINISHED = ("Succeeded", "Failed")
 

@@ -312,7 +312,8 @@ class Service:
                 why = f"{why}; listing its Pods failed ({exc})"
             if left == []:
                 self._durably("finish", self.store.finish_job, job["id"], "done", status="unknown", rc=None,
-                              message=f"{why}; Node {job['node']} is cordoned, tainted and drained: isolation completed")
+                              message=f"{why}; Node {job['node']} is cordoned, tainted and drained: "
+                                      "isolation completed")
                 return
             if left:
                 why = f"{why}; Node {job['node']} is cordoned and tainted, but {len(left)} Pods are left to evict"
