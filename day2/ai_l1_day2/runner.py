@@ -116,9 +116,11 @@ def new_run_dir(runs_dir: Path, operation: str) -> tuple[str, Path]:
 VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # The only variables of this process's environment a run gets (ansible-runner would pass, and
 # keep in artifacts/<ident>/command, all of them: the receiver's token and HMAC key, an
-# operator's shell secrets). Ansible's own settings, the locale, SSH agent and proxies pass.
+# operator's shell secrets). Ansible's own settings, the locale, SSH agent and proxies pass, and
+# the API server's address a Pod is given (the kubernetes client's in-cluster configuration).
 RUN_ENV_KEEP = re.compile(r"^(PATH|HOME|USER|LOGNAME|LANG|LANGUAGE|LC_[A-Z]+|TERM|TZ|TMPDIR|SSH_AUTH_SOCK|"
-                          r"VIRTUAL_ENV|PYTHONPATH|KUBECONFIG|ANSIBLE_[A-Z0-9_]+|AI_L1_CACHE|AI_L1_LAB_[A-Z_]+|"
+                          r"VIRTUAL_ENV|PYTHONPATH|KUBECONFIG|KUBERNETES_SERVICE_(HOST|PORT)|"
+                          r"ANSIBLE_[A-Z0-9_]+|AI_L1_CACHE|AI_L1_LAB_[A-Z_]+|"
                           r"(?i:https?_proxy|no_proxy))$")
 
 

@@ -375,7 +375,7 @@ def test_receiver_runs_with_only_the_verbs_an_isolation_needs(deployed):
     assert rules == [(("nodes",), ("get", "list", "patch")), (("pods",), ("get", "list")),
                      (("pods/eviction",), ("create",))], rules
     sa = f"system:serviceaccount:{RECEIVER_NS}:ai-l1-remediate"
-    for verb, resource, allowed in (("patch", "nodes", "yes"), ("create", "pods/eviction", "yes"),
+    for verb, resource, allowed in (("patch", "nodes", "yes"), ("create", "pods --subresource=eviction", "yes"),
                                     ("delete", "pods", "no"), ("get", "secrets", "no"), ("delete", "nodes", "no")):
         proc = on(CP, f"{KUBECTL} auth can-i {verb} {resource} --as {sa}")
         assert proc.stdout.strip() == allowed, (verb, resource, proc.stdout)

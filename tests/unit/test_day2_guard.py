@@ -93,3 +93,16 @@ def test_a_runs_directory_keeps_the_newest_finished_runs(tmp_path, monkeypatch):
 
     with pytest.raises(runner.BadInput, match="AI_L1_DAY2_KEEP_RUNS"):
         runner.keep_runs()
+
+
+def test_a_run_gets_the_api_address_of_its_pod_and_no_secret():
+    """In the receiver's Pod the kubernetes client finds the API through KUBERNETES_SERVICE_*
+    (in-cluster configuration); the receiver's token stays out of the run's environment."""
+    from ai_l1_day2 import runner  # noqa: PLC0415
+
+    environ = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443",
+               "AI_L1_REMEDIATE_TOKEN": "secret-0123456789abcdef", "KUBERNETES_PORT": "tcp://10.96.0.1:443",
+               "PATH": "/usr/bin"}
+    env = runner.run_environment({**environ, "ANSIBLE_NOCOLOR": "1"}, environ)
+    assert env == {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443", "PATH": "/usr/bin",
+                   "ANSIBLE_NOCOLOR": "1"}
