@@ -135,6 +135,9 @@ class _DataDumper(yaml.SafeDumper):
 
 
 def _unsafe_str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    # ansible-core 2.19 loads `!unsafe ""` as None; an empty string holds no template anyway.
+    if not value:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style='"')
     return dumper.represent_scalar("!unsafe", value, style='"')
 
 

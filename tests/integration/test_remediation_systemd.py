@@ -4,7 +4,8 @@ on a lab control plane standing in for the controller host.
 The host is given what the role expects there (the operator's part): this project and an
 interpreter with its requirements. Here both come from the receiver image the lab built
 (/opt/ai-l1: the day2 package, ansible-core, ansible-runner, the Kubernetes client,
-playbooks/day2 with its role and collections), with a venv whose .pth points at them. Then:
+playbooks/day2 with its role and collections), with a venv whose .pth points at them and whose
+bin/ holds their console scripts, as a venv with requirements.txt installed would. Then:
 
 - the role installs the user, /etc/ai-l1-remediate (configuration, inventory, token,
   kubeconfig, a self-signed certificate for the host's address), the store directory and the
@@ -49,7 +50,8 @@ def run_role(tmp_path_factory) -> subprocess.CompletedProcess:
         "remediation_receiver_kubeconfig": "/etc/kubernetes/admin.conf",
         "remediation_receiver_alertmanager_url": ""}}}}}}))
     extra = tmp / "remediation-systemd.json"
-    extra.write_text(json.dumps({"remediation_receiver_mode": "systemd", "remediation_receiver_token": TOKEN}))
+    extra.write_text(json.dumps({"remediation_receiver_enabled": True, "remediation_receiver_mode": "systemd",
+                                 "remediation_receiver_token": TOKEN}))
     return sh("ansible-playbook", "-i", LAB_INVENTORY, "-i", inventory, REPO / "playbooks" / "monitoring.yml",
               "--limit", HOST, "-e", f"@{extra}", timeout=600)
 
@@ -77,7 +79,10 @@ def service(k8s_cluster, tmp_path_factory):
     sh("podman", "cp", str(staging / "ai-l1"), f"ai-l1-{HOST}:/opt/ai-l1", check=True)
     proc = on(HOST, "python3 -m venv --without-pip /opt/ai-l1-venv && echo /opt/ai-l1/python > "
                     "$(/opt/ai-l1-venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')"
-                    "/ai-l1.pth && /opt/ai-l1-venv/bin/python -c 'import ansible_runner, kubernetes, ai_l1_day2'")
+                    "/ai-l1.pth && for f in /opt/ai-l1/python/bin/*; do sed '1s|.*|#!/opt/ai-l1-venv/bin/python|' $f "
+                    "> /opt/ai-l1-venv/bin/${f##*/}; chmod 755 /opt/ai-l1-venv/bin/${f##*/}; done && "
+                    "/opt/ai-l1-venv/bin/ansible-playbook --version && "
+                    "/opt/ai-l1-venv/bin/python -c 'import ansible_runner, kubernetes, ai_l1_day2'")
     assert proc.returncode == 0, tail(proc)
     try:
         first = run_role(tmp_path_factory)
@@ -106,7 +111,7 @@ def call(path: str, body: dict | None = None, token: str = TOKEN) -> tuple[int, 
 
 def test_service_files_and_unit(service):
     assert on(HOST, "systemctl is-active ai-l1-remediate").stdout.strip() == "active"
-    assert on(HOST, "systemctl show -p KillMode,User ai-l1-remediate").stdout.split() == \
+    assert sorted(on(HOST, "systemctl show -p KillMode,User ai-l1-remediate").stdout.split()) == \
         ["KillMode=process", "User=ai-l1-remediate"]
     modes = on(HOST, "stat -c '%n %a %U %G' /etc/ai-l1-remediate/* /var/lib/ai-l1-remediate").stdout.splitlines()
     got = {line.split()[0]: line.split()[1:] for line in modes}
@@ -128,7 +133,10 @@ def test_webhook_isolates_the_node_without_ssh(service):
         if job["state"] in ("done", "failed"):
             break
         time.sleep(2)
-    assert job.get("state") == "done", job
+    if job.get("state") != "done":
+        runs = on(HOST, f"cat /var/lib/ai-l1-remediate/jobs/job-{job_id:06d}/execute-*.log; "
+                        f"tail -30 /var/lib/ai-l1-remediate/jobs/job-{job_id:06d}/runs/*/artifacts/*/stdout").stdout
+        pytest.fail(f"job {job_id}: {job.get('state')}: {job.get('message')}\n{runs[-3000:]}")
     state = api.state(NODE)
     assert state["unschedulable"], state
     assert {"key": "ai-platform.io/fault", "value": "ecc-uncorrectable", "effect": "NoSchedule"} in state["taints"]

@@ -94,6 +94,15 @@ def test_run_operation_passes_text_verbatim(project, tmp_path):
         assert not marker.exists(), f"{text!r} was rendered: {marker} exists"
 
 
+def test_an_empty_string_reaches_the_playbook_as_an_empty_string(project):
+    """ansible-core 2.19 reads `!unsafe ""` as None: the writer leaves empty strings plain."""
+    res = run_operation("isolate", inventory=project / "inventory.yml", limit=["gpu1"], quiet=True,
+                        extravars={"day2_fault": "xid-79", "day2_fault_details": "", "day2_reason": ""})
+    assert res.ok, res.summary()
+    seen = record(project, "gpu1")
+    assert seen["details"] == "" and seen["reason"] == "", seen
+
+
 @pytest.mark.parametrize("argv", [
     ["isolate", "--fault", "xid-79", "--details", "{text}"],
     ["drain", "--reason", "{text}"],
