@@ -77,7 +77,10 @@ def pci_buses() -> dict[int, str]:
 def until(probe, timeout: float, interval: float = 1.0):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        value = probe()
+        try:
+            value = probe()
+        except (AssertionError, OSError, ValueError, KeyError):
+            value = None  # the lab's API server busy for a moment (EOF, a 503): try again
         if value:
             return value
         time.sleep(interval)
