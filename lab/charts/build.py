@@ -17,6 +17,9 @@ module zips, and those hold the charts' sources:
   as `helm dependency build` would, then `helm package` makes the tarball. Each dependency's
   version is compared with Chart.yaml and a difference is printed (the proxy holds one
   grafana-community revision; the released tarball upstream bundles the pinned one).
+- kueue: charts/kueue of the sigs.k8s.io/kueue module at the manifest's kueue-image version (the
+  chart Kueue releases from the same tree), packaged unchanged; its image is built by
+  lab/k8s/build.py from the same module.
 - dcgm-exporter: the module proxy refuses github.com/NVIDIA/dcgm-exporter ("403 This module
   version is not available"), so the lab packs the stand-in chart in
   tests/hardware/dcgm/chart (simulated vendor artifact, like the lab's fake driver
@@ -151,6 +154,21 @@ def kube_prometheus_stack(helm: Path, version: str) -> Path:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def kueue_chart(helm: Path, version: str, module_version: str) -> Path:
+    src = module_dir("sigs.k8s.io/kueue", module_version) / "charts" / "kueue"
+    have = str(chart_meta(src)["version"])
+    if have != version:
+        raise kb.BuildError(f"sigs.k8s.io/kueue@{module_version} holds chart kueue {have}, the manifest pins {version}")
+    work = Path(tempfile.mkdtemp(prefix="ai-l1-kueue.", dir="/var/tmp"))
+    try:
+        shutil.copytree(src, work / "kueue")
+        for p in [work / "kueue", *(work / "kueue").rglob("*")]:  # the module cache is read-only
+            p.chmod(p.stat().st_mode | 0o200)
+        return helm_package(helm, work / "kueue", version, CHARTS_CACHE / "kueue" / version)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def dcgm_exporter_standin(helm: Path, version: str) -> Path:
     work = Path(tempfile.mkdtemp(prefix="ai-l1-dcgm.", dir="/var/tmp"))
     try:
@@ -171,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     try:
         manifest = kb.manifestlib.load()
-        versions = {n: manifest.get(n).version for n in ("helm", "kube-prometheus-stack-chart", "dcgm-exporter-chart")}
+        versions = {n: manifest.get(n).version for n in ("helm", "kube-prometheus-stack-chart", "dcgm-exporter-chart",
+                                                          "kueue-chart", "kueue-image")}
         with kb.locked("charts-build"):
             recipe = helm_recipe(versions["helm"])
             result = kb.build_go(recipe, kb.go_version(), args.jobs)
@@ -181,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
                 "helm": {"version": versions["helm"], "path": str(helm_archive(recipe))},
                 "kube-prometheus-stack-chart": {"version": kps, "path": str(kube_prometheus_stack(helm, kps))},
                 "dcgm-exporter-chart": {"version": dcgm, "path": str(dcgm_exporter_standin(helm, dcgm))},
+                "kueue-chart": {"version": versions["kueue-chart"],
+                                "path": str(kueue_chart(helm, versions["kueue-chart"], versions["kueue-image"]))},
             }}
             text = json.dumps(record, indent=2, sort_keys=True) + "\n"
             if not RECORD.exists() or RECORD.read_text() != text:

@@ -56,6 +56,7 @@ NOT_BUILT = {
     "calico-": "production CNI, the lab runs k8s_cni_plugin: bridge",
     "nvidia-device-plugin-": "refused by the Go module proxy; the lab runs the stand-in tests/hardware/device_plugin",
     "ascend-device-plugin-": "not obtainable here; the lab runs the stand-in tests/hardware/device_plugin",
+    "volcano-": "refused by the Go module proxy; the lab validates the rendered objects against its CRDs only",
 }
 ARCH = "amd64"  # the lab builds for this machine only
 # 2000-01-01: file and image timestamps, so rebuilds give the same bytes.
@@ -410,6 +411,21 @@ def monitoring_image_recipes(manifest: manifestlib.Manifest, bins: dict[str, Pat
         image("node-problem-detector-image", "node-problem-detector", "node-problem-detector",
               "/node-problem-detector", base=base),
     ]
+
+
+# Team GPU queues (roles/gpu_queues): Kueue's manager, as its Makefile builds it (cmd/kueue,
+# the version stamped into pkg/version), imaged as upstream's: the binary at /manager, user 65532.
+def queue_recipes(manifest: manifestlib.Manifest) -> list[GoRecipe]:
+    version = manifest.get("kueue-image").version
+    pkg = "sigs.k8s.io/kueue/pkg/version"
+    return [GoRecipe("kueue", version, {"sigs.k8s.io/kueue": version}, {"kueue-manager": "sigs.k8s.io/kueue/cmd/kueue"},
+                     [f"-X {pkg}.GitVersion={version}", f"-X {pkg}.GitCommit={{commit}}", f"-X {pkg}.BuildDate={{time}}"],
+                     main_module="sigs.k8s.io/kueue")]
+
+
+def queue_image_recipes(manifest: manifestlib.Manifest, bins: dict[str, Path]) -> list[ImageRecipe]:
+    return [ImageRecipe("kueue-image", "kueue", manifest.get("kueue-image").version,
+                        {"/manager": bins["kueue-manager"]}, ["/manager"], user="65532:65532")]
 
 
 # Lab-only programs from tests/hardware (never production artifacts): built like the components
@@ -794,7 +810,7 @@ def check_tools() -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", action="append",
-                        choices=["kubernetes", "etcd", "coredns", "cni-plugins", *MONITORING_COMPONENTS],
+                        choices=["kubernetes", "etcd", "coredns", "cni-plugins", *MONITORING_COMPONENTS, "kueue"],
                         help="build only these Go components (no images, no record)")
     parser.add_argument("--jobs", type=int, default=int(os.environ.get("AI_L1_BUILD_JOBS", "2")))
     args = parser.parse_args(argv)
@@ -805,7 +821,8 @@ def main(argv: list[str] | None = None) -> int:
         check_tools()
         with locked("k8s-build"):
             gover = go_version()
-            recipes = {r.component: r for r in [*go_recipes(v), *monitoring_recipes(manifest)]}
+            recipes = {r.component: r for r in [*go_recipes(v), *monitoring_recipes(manifest),
+                                                 *queue_recipes(manifest)]}
             results = []
             for name, recipe in recipes.items():
                 if args.only and name not in args.only:
@@ -825,7 +842,8 @@ def main(argv: list[str] | None = None) -> int:
             results += lab_results
             images += lab_images
             images += [*((r, build_image(r)) for r in monitoring_image_recipes(manifest, bins, base)),
-                       build_receiver(manifest)]
+                       *((r, build_image(r)) for r in queue_image_recipes(manifest, bins)),
+                       build_receiver(manifest), build_gpuquota_controller(manifest)]
             record = {"arch": ARCH, "versions": v, "artifacts": {},
                       "lab_images": {r.artifact: {"image": r.ref, "target": f"ai-l1-{r.name}:{r.tag}"}
                                      for r, _ in lab_images}}
