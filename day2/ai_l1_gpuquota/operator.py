@@ -97,7 +97,7 @@ def conditions(state: dict, generation, when: str, old: list | None, error: str 
     return out
 
 
-def reconcile_one(name: str, namespace: str, spec: dict, body, status: dict, patch, settings_: dict) -> dict:
+def reconcile_one(name: str, namespace: str, spec: dict, *, body, status: dict, patch, settings_: dict) -> dict:
     """Apply what the GPUQuota should be now; report it on status and, on a change, as an event."""
     at = now()
     objects, state = model.gpuquota_objects(
@@ -114,7 +114,7 @@ def reconcile_one(name: str, namespace: str, spec: dict, body, status: dict, pat
         kopf.warn(body, reason="ApplyFailed", message=str(exc)[:500])
         raise kopf.TemporaryError(f"applying {name}: {exc}", delay=15) from exc
     summary = {"gpus": state["gpus"], "expired": state["expired"], "backend": settings_["backend"],
-               "objects": [f"{o['kind']}/{o['metadata'].get('namespace', '')}/{o['metadata']['name']}".replace("//", "/")
+               "objects": ["/".join(filter(None, (o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"])))
                            for o in objects]}
     changed = any(status.get(k) != v for k, v in summary.items())
     patch.status.update(summary)
@@ -131,15 +131,17 @@ def reconcile_one(name: str, namespace: str, spec: dict, body, status: dict, pat
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
-def reconcile(name, namespace, spec, body, status, patch, **_):
-    return reconcile_one(name, namespace, dict(spec), body, dict(status or {}), patch, SETTINGS)
+def reconcile(name, namespace, spec, **kwargs):
+    return reconcile_one(name, namespace, dict(spec), body=kwargs["body"], status=dict(kwargs["status"] or {}),
+                         patch=kwargs["patch"], settings_=SETTINGS)
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=SETTINGS["resync_seconds"] if SETTINGS else 15,
             idle=None, sharp=True)
-def resync(name, namespace, spec, body, status, patch, **_):
+def resync(name, namespace, spec, **kwargs):
     # validUntil passes without any change to the object: the timer notices it.
-    reconcile_one(name, namespace, dict(spec), body, dict(status or {}), patch, SETTINGS)
+    reconcile_one(name, namespace, dict(spec), body=kwargs["body"], status=dict(kwargs["status"] or {}),
+                  patch=kwargs["patch"], settings_=SETTINGS)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)

@@ -418,9 +418,9 @@ def monitoring_image_recipes(manifest: manifestlib.Manifest, bins: dict[str, Pat
 def queue_recipes(manifest: manifestlib.Manifest) -> list[GoRecipe]:
     version = manifest.get("kueue-image").version
     pkg = "sigs.k8s.io/kueue/pkg/version"
-    return [GoRecipe("kueue", version, {"sigs.k8s.io/kueue": version}, {"kueue-manager": "sigs.k8s.io/kueue/cmd/kueue"},
-                     [f"-X {pkg}.GitVersion={version}", f"-X {pkg}.GitCommit={{commit}}", f"-X {pkg}.BuildDate={{time}}"],
-                     main_module="sigs.k8s.io/kueue")]
+    ldflags = [f"-X {pkg}.GitVersion={version}", f"-X {pkg}.GitCommit={{commit}}", f"-X {pkg}.BuildDate={{time}}"]
+    return [GoRecipe("kueue", version, {"sigs.k8s.io/kueue": version},
+                     {"kueue-manager": "sigs.k8s.io/kueue/cmd/kueue"}, ldflags, main_module="sigs.k8s.io/kueue")]
 
 
 def queue_image_recipes(manifest: manifestlib.Manifest, bins: dict[str, Path]) -> list[ImageRecipe]:
@@ -507,15 +507,15 @@ def tree_files(dest: str, src: Path, bytecode: bool = False) -> dict[str, Path]:
             if p.is_file() and (bytecode or "__pycache__" not in p.parts)}
 
 
-def receiver_python() -> Path:
-    """ansible-core, ansible-runner and the Kubernetes client at the lock's versions, installed for
-    bookworm's python3 (this host's /usr/bin/python3 is the same release: the scripts' shebangs
-    and the compiled extensions fit the image), byte-compiled with unchecked hashes (the image's
-    files carry a fixed mtime, and its file system is read-only)."""
+def python_site(name: str, packages: list[str]) -> Path:
+    """`packages` at the lock's versions, installed for bookworm's python3 (this host's
+    /usr/bin/python3 is the same release: the scripts' shebangs and the compiled extensions fit the
+    image), byte-compiled with unchecked hashes (the image's files carry a fixed mtime, and its file
+    system is read-only)."""
     py = run(["/usr/bin/python3", "-c", "import sys; print(sys.version.split()[0])"]).strip()
     lock = REPO / "requirements.txt"
-    key = digest({"packages": RECEIVER_PACKAGES, "lock": sha256_file(lock), "python": py, "rev": RECIPE_REVISION})
-    root = K8S_CACHE / "receiver-python" / key[:16]
+    key = digest({"packages": packages, "lock": sha256_file(lock), "python": py, "rev": RECIPE_REVISION})
+    root = K8S_CACHE / name / key[:16]
     if (root / ".complete").exists():
         return root
     t0 = time.monotonic()
@@ -523,12 +523,17 @@ def receiver_python() -> Path:
     root.mkdir(parents=True)
     run([sys.executable, "-m", "pip", "--python", "/usr/bin/python3", "install", "--quiet", "--no-compile",
          "--root-user-action=ignore", "--no-warn-script-location", "--target", str(root), "-c", str(lock),
-         *RECEIVER_PACKAGES])
+         *packages])
     shutil.rmtree(root / "ansible_test", ignore_errors=True)
     run(["/usr/bin/python3", "-m", "compileall", "-q", "-j", "0", "--invalidation-mode", "unchecked-hash", str(root)])
     (root / ".complete").write_text(key + "\n")
-    log(f"receiver python packages in {time.monotonic() - t0:.0f}s")
+    log(f"{name} packages in {time.monotonic() - t0:.0f}s")
     return root
+
+
+def receiver_python() -> Path:
+    """ansible-core, ansible-runner and the Kubernetes client for the receiver image."""
+    return python_site("receiver-python", RECEIVER_PACKAGES)
 
 
 def receiver_image_recipe(manifest: manifestlib.Manifest, base: str, site: Path, bundled: Path,
@@ -569,6 +574,29 @@ def build_receiver(manifest: manifestlib.Manifest) -> tuple[ImageRecipe, dict]:
     if not cfg.exists() or cfg.read_text() != RECEIVER_ANSIBLE_CFG:
         cfg.write_text(RECEIVER_ANSIBLE_CFG)
     recipe = receiver_image_recipe(manifest, base, receiver_python(), bundled, cfg)
+    return recipe, build_image(recipe)
+
+
+# ---------------------------------------------------------------- the GPUQuota controller
+
+GPUQUOTA_PACKAGES = ["kopf", "kubernetes"]
+
+
+def build_gpuquota_controller(manifest: manifestlib.Manifest) -> tuple[ImageRecipe, dict]:
+    """ai_l1_gpuquota (kopf, the Kubernetes client) with the one module of this repository's collection it
+    imports (module_utils/gpu_queues.py: what a GPUQuota becomes), on Debian's python3, user 65532."""
+    base = ensure_debian_base("python3-base", ["python3"])
+    python_dir = "/opt/ai-l1/python"
+    site = python_site("gpuquota-python", GPUQUOTA_PACKAGES)
+    files = {path: src for path, src in tree_files(python_dir, site, bytecode=True).items()
+             if not path.endswith("/.complete")}
+    files.update(tree_files(f"{python_dir}/ai_l1_gpuquota", REPO / "day2" / "ai_l1_gpuquota"))
+    utils = "collections/ansible_collections/ai_platform/l1/plugins/module_utils/gpu_queues.py"
+    files[f"{python_dir}/{utils.split('/', 1)[1]}"] = REPO / utils
+    recipe = ImageRecipe("gpuquota-controller-image", "gpuquota-controller",
+                         manifest.get("gpuquota-controller-image").version, files,
+                         ["/usr/bin/python3", "-m", "ai_l1_gpuquota"], base=base, user="65532:65532",
+                         env={"PYTHONPATH": python_dir, "HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1"})
     return recipe, build_image(recipe)
 
 

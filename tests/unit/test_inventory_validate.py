@@ -225,7 +225,7 @@ def test_schema_mistakes_are_reported():
     assert errors[1:4] == [
         'schema: variables.b.type must be one of str, int, float, bool, list, dict (got \'string\')',
         "schema: variables.b.format must be one of ip, cidr, abspath, hostname_or_ip, k8s_node_name, k8s_labels, "
-        "secret (got 'url')",
+        "secret, gpu_queue_teams (got 'url')",
         'schema: variables.b.pattern is not a valid regular expression '
         '(missing ), unterminated subpattern at position 0)',
     ]

@@ -75,6 +75,15 @@ CASES = {
         "A-Z a-z 0-9 - _ ., alphanumeric at both ends); cost-centre must be a string (got int 4711; quote it in "
         "YAML); ai-platform.io/owner='a-very-long-owner-name-that-goes-on-and-on-past-the-sixty-three-limit' is "
         "not a label value (at most 63 of A-Z a-z 0-9 - _ ., alphanumeric at both ends)"],
+    'bad_team_queues': [
+        "group k8s_control_plane: gpu_queues_teams[0] (ai-platform-team).capability[nvidia.com/gpu]: devices are "
+        "whole numbers, got 12.5; gpu_queues_teams[0] (ai-platform-team).capability[memory]: '4096GB' is not a "
+        "Kubernetes quantity (e.g. 128, 512, 500m, 4096Gi); gpu_queues_teams[0] (ai-platform-team).guarantee.percent: "
+        "150 is not a number from 0 to 100; gpu_queues_teams[1].name: 'Research_Lab' is not a DNS-1123 label (lower "
+        "case, digits, '-'); gpu_queues_teams[1].weight: 0 is not an integer >= 1; gpu_queues_teams[1].reclaimable: "
+        "'no' is not a boolean; gpu_queues_teams[1].capability: memory is required (Kueue admits no workload whose "
+        "requests its ClusterQueue does not cover); gpu_queues_teams[1].namespaces: ai-platform already belongs to "
+        "team ai-platform-team (a namespace submits to one team's queue)"],
     'bad_node_name': [
         "host CP_1: inventory_hostname must be a Kubernetes Node name (lowercase letters, digits, - and ., at "
         "most 253 characters) (got 'CP_1')"],

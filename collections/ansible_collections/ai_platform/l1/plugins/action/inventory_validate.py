@@ -20,13 +20,14 @@ from typing import NamedTuple
 from ansible import constants as C
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
+from ansible_collections.ai_platform.l1.plugins.module_utils.gpu_queues import validate_teams
 
 RULE_KEYS = frozenset((
     'hosts', 'required', 'type', 'elements', 'choices', 'min', 'max', 'pattern', 'format', 'version_min',
     'same_on_all_hosts', 'distinct_from',
 ))
 TYPES = ('str', 'int', 'float', 'bool', 'list', 'dict')
-FORMATS = ('ip', 'cidr', 'abspath', 'hostname_or_ip', 'k8s_node_name', 'k8s_labels', 'secret')
+FORMATS = ('ip', 'cidr', 'abspath', 'hostname_or_ip', 'k8s_node_name', 'k8s_labels', 'secret', 'gpu_queue_teams')
 # Values that sample files and tutorials put where a secret goes; never a real one.
 PLACEHOLDER_SECRETS = frozenset((
     'change-me', 'changeme', 'change_me', 'replace-me', 'replaceme', 'password', 'passw0rd', 'secret', 'example',
@@ -176,6 +177,10 @@ def check_format(name, value, fmt):
             return f'{name} must be a dict of Kubernetes labels (got {type_name(value)})'
         problems = _label_problems(value)
         return f"{name}: {'; '.join(problems)}" if problems else None
+    if fmt == 'gpu_queue_teams':
+        # The team queue model (roles/gpu_queues); each message names the team and its field.
+        problems = validate_teams(value)
+        return '; '.join(problems) if problems else None
     problem = FORMAT_PROBLEMS[fmt](str(value))
     return f'{name} must be {problem} (got {show(value)})' if problem else None
 

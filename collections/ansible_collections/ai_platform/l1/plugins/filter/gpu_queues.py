@@ -26,7 +26,7 @@ def gpu_queue_objects(teams, backend, flavors=None, cohort='gpu-pool'):
     try:
         return model.queue_objects(backend, teams, flavors or [], cohort)
     except model.ModelError as exc:
-        raise AnsibleFilterError('gpu_queue_objects: %s' % exc)
+        raise AnsibleFilterError('gpu_queue_objects: %s' % exc) from exc
 
 
 class FilterModule(object):

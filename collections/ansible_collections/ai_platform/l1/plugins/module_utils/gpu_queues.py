@@ -78,81 +78,95 @@ def _is_accelerator(resource: str) -> bool:
     return resource in ACCELERATOR_RESOURCES.values()
 
 
+def _capability_errors(where: str, capability) -> list[str]:
+    if not isinstance(capability, dict) or not capability:
+        return [f"{where}.capability: a dict of resource -> quantity is required"]
+    errors = []
+    for resource, value in capability.items():
+        try:
+            amount = parse_quantity(value)
+        except ModelError as exc:
+            errors.append(f"{where}.capability[{resource}]: {exc}")
+            continue
+        if _is_accelerator(resource) and amount != amount.to_integral_value():
+            errors.append(f"{where}.capability[{resource}]: devices are whole numbers, got {value}")
+    errors += [f"{where}.capability: {needed} is required (Kueue admits no workload whose requests its "
+               "ClusterQueue does not cover)" for needed in ("cpu", "memory") if needed not in capability]
+    if not any(_is_accelerator(r) for r in capability):
+        errors.append(f"{where}.capability: no accelerator resource ({', '.join(ACCELERATOR_RESOURCES.values())})")
+    return errors
+
+
+def _guarantee_errors(where: str, guarantee, capability) -> list[str]:
+    if guarantee is None:
+        return []
+    if not isinstance(guarantee, dict) or set(guarantee) - {"percent", "resources"}:
+        return [f"{where}.guarantee: a dict with percent and optional resources"]
+    errors = []
+    pct = guarantee.get("percent")
+    if isinstance(pct, bool) or not isinstance(pct, (int, float)) or not 0 <= pct <= 100:
+        errors.append(f"{where}.guarantee.percent: {pct!r} is not a number from 0 to 100")
+    resources = guarantee.get("resources") or []
+    if not isinstance(resources, list):
+        return [*errors, f"{where}.guarantee.resources: a list of capability resources"]
+    errors += [f"{where}.guarantee.resources: {r} is not in capability"
+               for r in resources if not isinstance(capability, dict) or r not in capability]
+    return errors
+
+
+def _namespace_errors(where: str, team: dict, owners: dict[str, str]) -> list[str]:
+    namespaces = team.get("namespaces")
+    if not isinstance(namespaces, list) or not namespaces:
+        return [f"{where}.namespaces: at least one namespace is required"]
+    errors = []
+    for ns in namespaces:
+        if not isinstance(ns, str) or not _DNS_LABEL.match(ns):
+            errors.append(f"{where}.namespaces: {ns!r} is not a DNS-1123 label")
+        elif owners.setdefault(ns, team.get("name")) != team.get("name"):
+            errors.append(f"{where}.namespaces: {ns} already belongs to team {owners[ns]} "
+                          "(a namespace submits to one team's queue)")
+    return errors
+
+
+def _team_errors(i: int, team, names: dict[str, int], owners: dict[str, str]) -> list[str]:
+    where = f"gpu_queues_teams[{i}]"
+    if not isinstance(team, dict):
+        return [f"{where}: a team is a dict, got {type(team).__name__}"]
+    errors = []
+    name = team.get("name")
+    if isinstance(name, str) and _DNS_LABEL.match(name):
+        where = f"{where} ({name})"
+        if name in names:
+            errors.append(f"{where}: name repeats team {names[name]}")
+        names.setdefault(name, i)
+    else:
+        errors.append(f"{where}.name: {name!r} is not a DNS-1123 label (lower case, digits, '-')")
+    unknown = sorted(set(team) - TEAM_KEYS)
+    if unknown:
+        errors.append(f"{where}: unknown field(s) {', '.join(unknown)} (known: {', '.join(sorted(TEAM_KEYS))})")
+    weight = team.get("weight")
+    if isinstance(weight, bool) or not isinstance(weight, int) or weight < 1:
+        errors.append(f"{where}.weight: {weight!r} is not an integer >= 1")
+    if not isinstance(team.get("reclaimable"), bool):
+        errors.append(f"{where}.reclaimable: {team.get('reclaimable')!r} is not a boolean")
+    errors += _capability_errors(where, team.get("capability"))
+    errors += _guarantee_errors(where, team.get("guarantee"), team.get("capability"))
+    errors += _namespace_errors(where, team, owners)
+    models = team.get("accelerator_models", [])
+    if not isinstance(models, list) or not all(isinstance(m, str) and m for m in models):
+        errors.append(f"{where}.accelerator_models: a list of model names (the accelerator-model label)")
+    return errors
+
+
 def validate_teams(teams) -> list[str]:
     """Every problem of the model, each naming the team and field (an empty list: valid)."""
-    errors: list[str] = []
     if not isinstance(teams, list) or not teams:
         return ["gpu_queues_teams: a non-empty list of teams is required"]
-    seen_names: dict[str, int] = {}
-    seen_ns: dict[str, str] = {}
+    names: dict[str, int] = {}
+    owners: dict[str, str] = {}
+    errors: list[str] = []
     for i, team in enumerate(teams):
-        where = f"gpu_queues_teams[{i}]"
-        if not isinstance(team, dict):
-            errors.append(f"{where}: a team is a dict, got {type(team).__name__}")
-            continue
-        name = team.get("name")
-        if isinstance(name, str) and _DNS_LABEL.match(name):
-            where = f"gpu_queues_teams[{i}] ({name})"
-            if name in seen_names:
-                errors.append(f"{where}: name repeats team {seen_names[name]}")
-            seen_names[name] = i
-        else:
-            errors.append(f"{where}.name: {name!r} is not a DNS-1123 label (lower case, digits, '-')")
-        unknown = sorted(set(team) - TEAM_KEYS)
-        if unknown:
-            errors.append(f"{where}: unknown field(s) {', '.join(unknown)} (known: {', '.join(sorted(TEAM_KEYS))})")
-        weight = team.get("weight")
-        if isinstance(weight, bool) or not isinstance(weight, int) or weight < 1:
-            errors.append(f"{where}.weight: {weight!r} is not an integer >= 1")
-        if not isinstance(team.get("reclaimable"), bool):
-            errors.append(f"{where}.reclaimable: {team.get('reclaimable')!r} is not a boolean")
-        capability = team.get("capability")
-        if not isinstance(capability, dict) or not capability:
-            errors.append(f"{where}.capability: a dict of resource -> quantity is required")
-            capability = {}
-        for resource, value in capability.items():
-            try:
-                amount = parse_quantity(value)
-            except ModelError as exc:
-                errors.append(f"{where}.capability[{resource}]: {exc}")
-                continue
-            if amount < 0:
-                errors.append(f"{where}.capability[{resource}]: negative")
-            if _is_accelerator(resource) and amount != amount.to_integral_value():
-                errors.append(f"{where}.capability[{resource}]: devices are whole numbers, got {value}")
-        for needed in ("cpu", "memory"):
-            if capability and needed not in capability:
-                errors.append(f"{where}.capability: {needed} is required (Kueue admits no workload whose "
-                              f"requests its ClusterQueue does not cover)")
-        if capability and not any(_is_accelerator(r) for r in capability):
-            errors.append(f"{where}.capability: no accelerator resource "
-                          f"({', '.join(ACCELERATOR_RESOURCES.values())})")
-        guarantee = team.get("guarantee")
-        if guarantee is not None:
-            if not isinstance(guarantee, dict) or set(guarantee) - {"percent", "resources"}:
-                errors.append(f"{where}.guarantee: a dict with percent and optional resources")
-            else:
-                pct = guarantee.get("percent")
-                if isinstance(pct, bool) or not isinstance(pct, (int, float)) or not 0 <= pct <= 100:
-                    errors.append(f"{where}.guarantee.percent: {pct!r} is not a number from 0 to 100")
-                for resource in guarantee.get("resources") or []:
-                    if resource not in capability:
-                        errors.append(f"{where}.guarantee.resources: {resource} is not in capability")
-        namespaces = team.get("namespaces")
-        if not isinstance(namespaces, list) or not namespaces:
-            errors.append(f"{where}.namespaces: at least one namespace is required")
-            namespaces = []
-        for ns in namespaces:
-            if not isinstance(ns, str) or not _DNS_LABEL.match(ns):
-                errors.append(f"{where}.namespaces: {ns!r} is not a DNS-1123 label")
-            elif ns in seen_ns and seen_ns[ns] != name:
-                errors.append(f"{where}.namespaces: {ns} already belongs to team {seen_ns[ns]} "
-                              "(a namespace submits to one team's queue)")
-            else:
-                seen_ns[ns] = name
-        models = team.get("accelerator_models", [])
-        if not isinstance(models, list) or not all(isinstance(m, str) and m for m in models):
-            errors.append(f"{where}.accelerator_models: a list of model names (the accelerator-model label)")
+        errors += _team_errors(i, team, names, owners)
     return errors
 
 
@@ -247,7 +261,7 @@ def kueue_limits(team: dict, resource: str) -> dict:
     return limits
 
 
-def cluster_queue(name: str, cohort: str, weight, resource_groups: list[dict], namespace_selector: dict,
+def cluster_queue(name: str, cohort: str, weight, resource_groups: list[dict], *, namespace_selector: dict,
                   labels: dict | None = None) -> dict:
     """A ClusterQueue in the cohort: fair-sharing weight, lenders reclaim by preemption."""
     return {"apiVersion": KUEUE_API, "kind": "ClusterQueue",
@@ -287,7 +301,7 @@ def kueue_objects(teams: list[dict], flavors: list[dict], cohort: str) -> list[d
     for team in teams:
         selector = {"matchLabels": {TEAM_LABEL: team["name"]}}
         out.append(cluster_queue(team["name"], cohort, team["weight"], team_resource_groups(team, flavors),
-                                 selector, {TEAM_LABEL: team["name"]}))
+                                 namespace_selector=selector, labels={TEAM_LABEL: team["name"]}))
         for ns in team["namespaces"]:
             out.append({"apiVersion": KUEUE_API, "kind": "LocalQueue",
                         "metadata": {"name": team["name"], "namespace": ns, "labels": {TEAM_LABEL: team["name"]}},
@@ -372,7 +386,8 @@ def gpuquota_objects(name: str, namespace: str, spec: dict, *, backend: str, fla
         usable = [f for f in flavors if per_resource.get(f["resource"], 0) or not spec.get("allowedModels")]
         queue = cluster_queue(names["queue"], cohort, spec.get("priority", 3),
                               team_resource_groups(team, usable, limits),
-                              {"matchLabels": {"kubernetes.io/metadata.name": namespace}}, meta_labels)
+                              namespace_selector={"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                              labels=meta_labels)
         queue["metadata"]["annotations"] = owner
         objects.append(queue)
         objects.append({"apiVersion": KUEUE_API, "kind": "LocalQueue",

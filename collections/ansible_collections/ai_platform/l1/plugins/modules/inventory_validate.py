@@ -65,8 +65,9 @@ options:
         the value.
       - C(format) is C(ip), C(cidr), C(abspath), C(hostname_or_ip), C(k8s_node_name) (a
         DNS-1123 subdomain, as kubeadm registers the Node), C(k8s_labels) (a dict of
-        Kubernetes label keys and string values) or C(secret) (refuses placeholders such as
-        C(change-me); the value is never shown in a message).
+        Kubernetes label keys and string values), C(secret) (refuses placeholders such as
+        C(change-me); the value is never shown in a message) or C(gpu_queue_teams) (the team
+        queue model of role gpu_queues, checked by P(ai_platform.l1.gpu_queue_model_errors#filter)).
       - C(distinct_from) lists variables no host may have the value in, for example a VIP that
         must not be any node's C(ansible_host).
       - A one-line string with whitespace around it is refused, here and in role variables.
