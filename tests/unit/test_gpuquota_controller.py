@@ -21,7 +21,7 @@ BODY = {"metadata": {"name": "quota", "namespace": "team-a", "generation": 2}}
 @pytest.fixture
 def api(monkeypatch):
     calls = {"applied": [], "deleted": [], "events": []}
-    monkeypatch.setattr(operator, "apply", lambda obj: calls["applied"].append(obj))
+    monkeypatch.setattr(operator, "apply", calls["applied"].append)
     monkeypatch.setattr(operator, "delete", lambda *a: calls["deleted"].append(a))
     monkeypatch.setattr(operator, "now", lambda: NOW)
     monkeypatch.setattr(kopf, "info", lambda body, reason, message: calls["events"].append(("Normal", reason)))
