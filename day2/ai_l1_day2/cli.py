@@ -1,9 +1,10 @@
 """ai-l1-day2: one subcommand per day-2 operation, each an ansible-runner job.
 
-    ai-l1-day2 drain --node gpu1 -i inventories/lab
-    ai-l1-day2 isolate --node gpu2 --fault xid-79 --details "GPU 0 fell off the bus" --json
-    ai-l1-day2 firmware-update --node k8s_worker --max-unavailable 1
+    ai-l1-day2 drain --node gpu1 -i inventories/site
+    AI_L1_INVENTORY=inventories/site ai-l1-day2 isolate --node gpu2 --fault xid-79 --details "GPU 0 lost" --json
+    ai-l1-day2 firmware-update --node k8s_worker --max-unavailable 1 -i inventories/site --check
 
+There is no default inventory: -i or $AI_L1_INVENTORY names it, else nothing runs (exit 3).
 Progress goes to stderr as task/host lines (stdout with --json holds only the summary).
 Exit codes: see EXIT_CODES (and `ai-l1-day2 --help`).
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -21,7 +23,8 @@ from typing import Any, TextIO
 
 import yaml
 
-from ai_l1_day2.runner import OPERATIONS, BadInput, RunResult, run_operation
+from ai_l1_day2 import __version__
+from ai_l1_day2.runner import INVENTORY_ENV, OPERATIONS, BadInput, RunResult, resolve_inventory, run_operation
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -33,7 +36,7 @@ EXIT_CODES = {
     EXIT_OK: "the run succeeded",
     EXIT_ERROR: "the tool itself failed (a bug or an unusable ansible-runner)",
     EXIT_FAILED: "the run failed (a task failed or a host was unreachable; see the summary)",
-    EXIT_BAD_INPUT: "bad input, nothing was run (unknown host, missing inventory, bad -e, missing option)",
+    EXIT_BAD_INPUT: "bad input, nothing was run (unknown host, no or missing inventory, bad -e, missing option)",
     EXIT_TIMEOUT: "the run hit --timeout and was stopped",
     EXIT_CANCELED: "the run was canceled (Ctrl-C / SIGTERM)",
 }
@@ -109,10 +112,36 @@ def _positive(text: str) -> int:
     return value
 
 
+def version_text() -> str:
+    """ai-l1-day2's version and the ansible-core and ansible-runner it runs with."""
+    from importlib import metadata  # noqa: PLC0415 - only for --version
+
+    parts = []
+    for dist in ("ansible-core", "ansible-runner"):
+        try:
+            parts.append(f"{dist} {metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            parts.append(f"{dist} not installed")
+    return f"ai-l1-day2 {__version__} ({', '.join(parts)})"
+
+
+class _Version(argparse.Action):
+    """--version: computed only when asked (the package metadata lookups)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):  # noqa: A002
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        sys.stdout.write(version_text() + "\n")
+        parser.exit(EXIT_OK)
+
+
 def build_parser() -> argparse.ArgumentParser:
     epilog = "exit codes:\n" + "\n".join(f"  {code}  {text}" for code, text in EXIT_CODES.items())
     parser = _Parser(prog="ai-l1-day2", description="Day-2 operations of the ai_platform L1 layer on ansible-runner.",
                      epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action=_Version,
+                        help="print the version (and ansible-core's and ansible-runner's) and exit")
     sub = parser.add_subparsers(dest="operation", metavar="OPERATION", parser_class=_Parser)
     sub.required = True
     for op in OPERATIONS:
@@ -121,10 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("-n", "--node", action="append", dest="nodes", metavar="HOST",
                        required=op in NEEDS_NODE,
                        help="inventory host or pattern to act on (repeatable; becomes the run's limit)")
-        p.add_argument("-i", "--inventory", default="inventories/lab",
-                       help="inventory file or directory (default: %(default)s)")
+        p.add_argument("-i", "--inventory", metavar="INVENTORY",
+                       help=f"inventory file or directory (required: this or ${INVENTORY_ENV}; there is no default)")
         p.add_argument("-e", "--extra-vars", action="append", dest="extra", metavar="VARS",
                        help="extra variables: key=value, @file.yml or a JSON object (repeatable)")
+        p.add_argument("--check", action="store_true",
+                       help="run the playbook in check mode (ansible-playbook --check): report, change nothing")
         p.add_argument("--json", action="store_true", help="print the run summary as JSON on stdout")
         p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
         p.add_argument("-v", "--verbose", action="count", default=0,
@@ -185,9 +216,7 @@ def check_hosts(inventory: str | Path, patterns: list[str], *, max_nodes: int | 
     from ansible.inventory.manager import InventoryManager  # noqa: PLC0415 - only when a node is named
     from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415
 
-    path = Path(inventory)
-    if not path.exists():
-        raise BadInput(f"inventory {inventory} does not exist")
+    path = resolve_inventory(inventory)
     manager = InventoryManager(loader=DataLoader(), sources=[str(path)])
     hosts: list[str] = []
     control_planes: list[str] = []
@@ -249,19 +278,35 @@ class Progress:
 
 
 def print_summary(result: RunResult, stream: TextIO) -> None:
-    stream.write(f"\n{result.operation} {result.status} (rc {result.rc}) in {result.duration_s:.1f}s;"
+    mode = " (check mode)" if result.check else ""
+    stream.write(f"\n{result.operation}{mode} {result.status} (rc {result.rc}) in {result.duration_s:.1f}s;"
                  f" run {result.ident}\n")
     for host, counts in result.stats.items():
         stream.write(f"  {host:<12} " + " ".join(f"{k}={v}" for k, v in counts.items()) + "\n")
     for failure in result.failures:
         stream.write(f"  FAILED {failure['host']}: {failure['task']}: {failure['msg'][:300]}\n")
     stream.write(f"  artifacts: {result.artifacts_dir}\n")
+    if result.operation in OPERATIONS:
+        stream.write(f"  replay: ansible-runner run {result.private_data_dir}"
+                     f" -p playbooks/day2/{OPERATIONS[result.operation]}\n")
+
+
+def inventory_of(args: argparse.Namespace, environ: dict[str, str] | None = None) -> str:
+    """-i, else $AI_L1_INVENTORY; BadInput when neither names one (no default: a day-2 run acts on
+    a real cluster, and the lab's inventory is not a safe guess)."""
+    environ = os.environ if environ is None else environ
+    inventory = args.inventory or environ.get(INVENTORY_ENV, "").strip()
+    if not inventory:
+        raise BadInput(f"no inventory: pass -i INVENTORY (a file or directory, e.g. inventories/<site>) "
+                       f"or set {INVENTORY_ENV}; there is no default")
+    return inventory
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        args.inventory = inventory_of(args)
         extravars = extravars_from(args)
         if args.nodes:
             bounded = args.operation in TAKES_CAPACITY
@@ -287,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
         result = run_operation(args.operation, inventory=args.inventory, limit=limit, extravars=extravars,
                                runs_dir=args.runs_dir, quiet=not args.verbose, event_handler=progress,
                                timeout=args.timeout, cancel_callback=cancel.is_set,
-                               verbosity=max(args.verbose - 1, 0))
+                               verbosity=max(args.verbose - 1, 0), check=args.check)
     except BadInput as exc:
         print(f"ai-l1-day2: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -12,13 +12,30 @@ Extra variables are data, never templates: they come from alerts (labels, annota
 from operators' free text, and ansible-core renders a trusted string that holds `{{ }}`.
 `write_extravars` writes them to the run's `env/extravars` (which ansible-runner passes as
 `-e @file`) with every string tagged `!unsafe`, so a value reaches the playbook verbatim.
+
+Runs are replayable: the private data directory is laid out as ansible-runner expects
+(`env/`, `project/`), and the run itself reads its inventory, limit and check mode from there, so
+`ansible-runner run <private_data_dir> -p <playbook>` repeats it with the same values:
+
+    env/extravars   the extra variables (as above)
+    env/cmdline     -i <inventory, absolute> [--limit <hosts>] [--check]
+    env/envvars     ANSIBLE_CONFIG, the PATH of ansible-playbook, no colour
+    project         a symbolic link to the project directory (the playbooks, roles, collections)
+    replay.json     operation, playbook (relative to project/), inventory, limit, check and the
+                    command that replays the run
+
+The inventory is named in env/cmdline rather than linked as `inventory/`: ansible-runner passes
+`<private_data_dir>/inventory` to ansible-playbook, and an inventory file linked there would lose
+the group_vars/ and host_vars/ beside it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
+import shlex
 import shutil
 import sys
 import threading
@@ -40,6 +57,8 @@ OPERATIONS: dict[str, str] = {
 STATUSES = ("successful", "failed", "timeout", "canceled")
 RUNS_ENV = "AI_L1_DAY2_RUNS"
 PROJECT_ENV = "AI_L1_PROJECT_DIR"
+INVENTORY_ENV = "AI_L1_INVENTORY"
+REPLAY_FILE = "replay.json"
 
 
 class BadInput(ValueError):
@@ -183,7 +202,8 @@ class RunResult:
     started: float
     finished: float
     limit: list[str] | None = None
-    failures: list[dict[str, str]] = field(default_factory=list)
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    check: bool = False
 
     @property
     def ok(self) -> bool:
@@ -201,6 +221,7 @@ class RunResult:
             "status": self.status,
             "rc": self.rc,
             "limit": self.limit,
+            "check": self.check,
             "started": datetime.fromtimestamp(self.started, timezone.utc).isoformat(timespec="seconds"),
             "finished": datetime.fromtimestamp(self.finished, timezone.utc).isoformat(timespec="seconds"),
             "duration_s": self.duration_s,
@@ -224,7 +245,7 @@ def per_host_stats(stats: dict | None) -> dict[str, dict[str, int]]:
     return dict(sorted(hosts.items()))
 
 
-def failure_of(event: dict) -> dict[str, str] | None:
+def failure_of(event: dict) -> dict[str, Any] | None:
     """The failure an ansible-runner event reports (an unignored failed task or an unreachable host)."""
     kind = event.get("event")
     data = event.get("event_data") or {}
@@ -235,7 +256,7 @@ def failure_of(event: dict) -> dict[str, str] | None:
     res = data.get("res") or {}
     msg = res.get("msg") or res.get("stderr") or res.get("reason") or ""
     return {"host": data.get("host", ""), "task": data.get("task", ""),
-            "unreachable": str(kind == "runner_on_unreachable").lower(), "msg": str(msg)[:2000]}
+            "unreachable": kind == "runner_on_unreachable", "msg": str(msg)[:2000]}
 
 
 def _as_list(limit: str | Iterable[str] | None) -> list[str] | None:
@@ -246,16 +267,58 @@ def _as_list(limit: str | Iterable[str] | None) -> list[str] | None:
     return items or None
 
 
+def resolve_inventory(inventory: str | Path, project: Path | None = None) -> Path:
+    """The inventory file or directory, absolute: as given when absolute, else relative to the
+    current directory, else to the project. BadInput when it does not exist."""
+    path = Path(inventory).expanduser()
+    if not path.is_absolute():
+        path = (Path.cwd() / path) if (Path.cwd() / path).exists() else (project or project_dir()) / path
+    if not path.exists():
+        raise BadInput(f"inventory {path} does not exist")
+    return path.resolve()
+
+
 def _checked_paths(operation: str, inventory: Path, project: Path) -> tuple[Path, Path]:
     """The operation's playbook and the inventory (relative to the cwd, else the project)."""
     playbook = playbook_path(operation, project)
     if not playbook.is_file():
         raise BadInput(f"operation {operation!r}: playbook {playbook} does not exist")
-    if not inventory.is_absolute():
-        inventory = (Path.cwd() / inventory) if (Path.cwd() / inventory).exists() else project / inventory
-    if not inventory.exists():
-        raise BadInput(f"inventory {inventory} does not exist")
-    return playbook, inventory
+    return playbook, resolve_inventory(inventory, project)
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
+def write_replay(private_data_dir: Path, *, operation: str, project: Path, playbook: Path, inventory: Path,
+                 hosts: list[str] | None, check: bool, envvars: dict[str, str]) -> dict[str, Any]:
+    """Lay the run out as ansible-runner reads a private data directory (env/cmdline,
+    env/envvars, project/) and record how to replay it (replay.json); returns that record.
+    The run itself reads these files, so a replay gets the values the run had."""
+    env = private_data_dir / "env"
+    env.mkdir(mode=0o700, exist_ok=True)
+    cmdline = ["-i", str(inventory)]
+    if hosts:
+        cmdline += ["--limit", ",".join(hosts)]
+    if check:
+        cmdline.append("--check")
+    _write_private(env / "cmdline", shlex.join(cmdline) + "\n")
+    _write_private(env / "envvars", yaml.safe_dump(dict(sorted(envvars.items())), default_flow_style=False))
+    (private_data_dir / "project").symlink_to(project, target_is_directory=True)
+    relative = playbook.relative_to(project).as_posix()
+    record = {
+        "operation": operation,
+        "project": str(project),
+        "playbook": relative,
+        "inventory": str(inventory),
+        "limit": hosts,
+        "check": check,
+        "replay": shlex.join(["ansible-runner", "run", str(private_data_dir), "-p", relative]),
+    }
+    _write_private(private_data_dir / REPLAY_FILE, json.dumps(record, indent=2, sort_keys=True) + "\n")
+    return record
 
 
 def run_operation(
@@ -271,6 +334,7 @@ def run_operation(
     cancel_callback: Callable[[], bool] | None = None,
     project: Path | None = None,
     verbosity: int = 0,
+    check: bool = False,
 ) -> RunResult:
     """Run `operation` (a key of OPERATIONS) and wait for it.
 
@@ -282,6 +346,7 @@ def run_operation(
     ansible-playbook output on stdout. event_handler: called with every ansible-runner event
     (its return value is ignored; every event is kept in the artifacts). timeout: seconds
     before the run is stopped (status 'timeout'). cancel_callback: returns True to cancel.
+    check: run the playbook in check mode (ansible-playbook --check).
 
     Raises BadInput before anything runs when the operation, inventory or limit is wrong.
     """
@@ -303,8 +368,18 @@ def run_operation(
     except OSError as exc:
         raise BadInput(f"runs directory {runs_dir} is not usable: {exc.strerror or exc}") from None
     write_extravars(private, extravars)
+    envvars = {"ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1"}
+    # ansible-playbook from the same environment as this interpreter (a venv not activated).
+    bindir = Path(sys.executable).parent
+    if (bindir / "ansible-playbook").exists():
+        envvars["PATH"] = f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}"
+    cfg = project / "ansible.cfg"
+    if cfg.is_file():
+        envvars["ANSIBLE_CONFIG"] = str(cfg)
+    write_replay(private, operation=operation, project=project, playbook=playbook, inventory=inventory,
+                 hosts=hosts, check=bool(check), envvars=envvars)
     prune_runs(runs_dir.resolve(), keep)
-    failures: list[dict[str, str]] = []
+    failures: list[dict[str, Any]] = []
     lock = threading.Lock()
 
     def on_event(event: dict) -> bool:
@@ -319,24 +394,13 @@ def run_operation(
                 pass
         return True
 
-    envvars = {"ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1"}
-    # ansible-playbook from the same environment as this interpreter (a venv not activated).
-    bindir = Path(sys.executable).parent
-    if (bindir / "ansible-playbook").exists():
-        envvars["PATH"] = f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}"
-    cfg = project / "ansible.cfg"
-    if cfg.is_file():
-        envvars["ANSIBLE_CONFIG"] = str(cfg)
-
     started = time.time()
     runner = ansible_runner.interface.init_runner(
         private_data_dir=str(private),
         ident=ident,
         project_dir=str(project),
         playbook=str(playbook),
-        inventory=str(inventory.resolve()),
-        limit=",".join(hosts) if hosts else None,
-        envvars=envvars,
+        # inventory, limit, check mode and environment: from env/cmdline and env/envvars (write_replay)
         quiet=quiet,
         event_handler=on_event,
         cancel_callback=cancel_callback,
@@ -363,4 +427,5 @@ def run_operation(
         finished=finished,
         limit=hosts,
         failures=failures,
+        check=bool(check),
     )

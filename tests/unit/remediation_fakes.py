@@ -15,8 +15,18 @@ HMAC_KEY = "hmac-key-for-unit-tests-0123456789"
 
 
 def make_config(tmp_path, **overrides):
+    """A valid configuration: run.inventory (required with the runner backend, and it must exist) is
+    a one-line inventory in tmp_path unless the test's `run` names its own (or another backend)."""
+    inventory = tmp_path / "remediation-inventory.yml"
+    if not inventory.exists():
+        inventory.parent.mkdir(parents=True, exist_ok=True)
+        inventory.write_text("all: {hosts: {gpu1: {}, gpu2: {}, gpu3: {}}}\n")
     raw = {"state_dir": str(tmp_path / "state"), "ceiling": {"max_fraction": 0.67, "pool_label": "accelerator"}}
     raw.update(overrides)
+    run = dict(raw.get("run") or {})
+    if run.get("backend", "runner") == "runner":
+        run.setdefault("inventory", str(inventory))
+    raw["run"] = run
     return config_mod.load(None, env={"AI_L1_REMEDIATE_TOKEN": TOKEN, "AI_L1_REMEDIATE_HMAC_KEY": HMAC_KEY},
                            overrides=raw)
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -162,7 +164,9 @@ def test_per_host_stats_and_failures():
     assert hosts["b"]["failed"] == 1 and hosts["c"]["unreachable"] == 1
     assert runner.per_host_stats(None) == {}
     failed = {"event": "runner_on_failed", "event_data": {"host": "b", "task": "T", "res": {"msg": "boom"}}}
-    assert runner.failure_of(failed) == {"host": "b", "task": "T", "unreachable": "false", "msg": "boom"}
+    assert runner.failure_of(failed) == {"host": "b", "task": "T", "unreachable": False, "msg": "boom"}
+    dark = {"event": "runner_on_unreachable", "event_data": {"host": "c", "task": "T", "res": {"msg": "no route"}}}
+    assert runner.failure_of(dark)["unreachable"] is True
     ignored = {"event": "runner_on_failed", "event_data": {"host": "b", "ignore_errors": True, "res": {}}}
     assert runner.failure_of(ignored) is None
     assert runner.failure_of({"event": "runner_on_ok", "event_data": {}}) is None
@@ -279,3 +283,160 @@ def test_unusable_runs_dir_is_bad_input(project, tmp_path, capsys):
         code = cli.main(["cordon", "-n", "node1", "-i", str(project / "inventory.yml"), "--runs-dir", str(runs), "-q"])
         assert code == cli.EXIT_BAD_INPUT, runs
         assert "runs directory" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ no default inventory (issue 16, item 5)
+
+
+@pytest.mark.parametrize("argv", [
+    ["cordon", "-n", "node1"],
+    ["firmware-update"],                 # no --node: nothing would check the inventory before the run
+    ["isolate", "-n", "node1", "--fault", "xid-79", "--check"],
+])
+def test_no_inventory_is_refused_before_anything_runs(project, monkeypatch, capsys, argv):
+    """Without -i and $AI_L1_INVENTORY nothing runs: there is no default (it used to be the lab's)."""
+    monkeypatch.delenv(runner.INVENTORY_ENV, raising=False)
+    monkeypatch.chdir(project)
+
+    def must_not_run(*_a, **_k):
+        raise AssertionError("run_operation was called without an inventory")
+
+    monkeypatch.setattr(cli, "run_operation", must_not_run)
+    assert cli.main(argv) == cli.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "no inventory" in err and "-i INVENTORY" in err and runner.INVENTORY_ENV in err, err
+    assert not (Path(runner.default_runs_dir()).exists() and any(Path(runner.default_runs_dir()).iterdir()))
+
+
+def test_blank_inventory_variable_is_no_inventory(monkeypatch, capsys):
+    monkeypatch.setenv(runner.INVENTORY_ENV, "  ")
+    assert cli.main(["cordon", "-n", "node1", "-q"]) == cli.EXIT_BAD_INPUT
+    assert "no inventory" in capsys.readouterr().err
+
+
+def test_inventory_from_the_environment(project, monkeypatch, capsys):
+    """$AI_L1_INVENTORY stands for -i; -i wins over it."""
+    seen = []
+
+    def fake_run(operation, **kwargs):
+        seen.append(kwargs["inventory"])
+        return RunResult(ident="x", operation=operation, status="successful", rc=0, private_data_dir=project,
+                         artifacts_dir=project, stats={}, started=1.0, finished=2.0)
+
+    monkeypatch.setattr(cli, "run_operation", fake_run)
+    monkeypatch.setenv(runner.INVENTORY_ENV, str(project / "inventory.yml"))
+    assert cli.main(["cordon", "-n", "node1", "-q"]) == cli.EXIT_OK
+    monkeypatch.setenv(runner.INVENTORY_ENV, str(project / "nope.yml"))
+    assert cli.main(["cordon", "-n", "node1", "-q"]) == cli.EXIT_BAD_INPUT  # named, but missing
+    assert "nope.yml does not exist" in capsys.readouterr().err
+    assert cli.main(["cordon", "-n", "node1", "-q", "-i", str(project / "inventory.yml")]) == cli.EXIT_OK
+    assert seen == [str(project / "inventory.yml")] * 2
+
+
+# ------------------------------------------------------------------ --version, --check, JSON, replay (item 6)
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--version"])
+    assert exc.value.code == cli.EXIT_OK
+    out = capsys.readouterr().out
+    from ai_l1_day2 import __version__  # noqa: PLC0415
+
+    expected = rf"ai-l1-day2 {re.escape(__version__)} \(ansible-core \d+\.\d+\S*, ansible-runner \d+\.\d+\S*\)\n"
+    assert re.fullmatch(expected, out), out
+
+
+def test_version_of_the_console_script():
+    """The installed entry point answers too (no operation needed, exit 0)."""
+    script = Path(sys.executable).parent / "ai-l1-day2"
+    if not script.exists():
+        pytest.skip("ai-l1-day2 is not installed in this interpreter's environment")
+    proc = subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0 and proc.stdout.startswith("ai-l1-day2 "), proc
+
+
+def test_json_summary_uses_real_booleans(project, capsys):
+    """--json: `check` and each failure's `unreachable` are JSON booleans, not strings."""
+    code = cli.main(["drain", "-n", "node1", "-i", str(project / "inventory.yml"), "-e", "fail_please=true", "--json",
+                     "-q"])
+    out = capsys.readouterr().out
+    assert code == cli.EXIT_FAILED
+    summary = json.loads(out)
+    assert summary["check"] is False
+    assert summary["failures"] and all(f["unreachable"] is False for f in summary["failures"]), summary["failures"]
+    assert '"unreachable": false' in out and '"check": false' in out
+
+
+def test_check_mode_changes_nothing(project, tmp_path, capsys):
+    """--check runs ansible-playbook --check: a task that would write a file reports changed, the
+    file never appears; the summary and the replay record say so."""
+    target = tmp_path / "written-by-the-play"
+    (project / "playbooks" / "day2" / "cordon.yml").write_text(PLAY.format(name="cordon", extra=f"""\
+    - name: Write a file
+      ansible.builtin.copy:
+        dest: "{target}"
+        content: "x"
+        mode: "0644"
+"""))
+    code = cli.main(["cordon", "-n", "node1", "-i", str(project / "inventory.yml"), "--check", "--json", "-q"])
+    summary = json.loads(capsys.readouterr().out)
+    assert code == cli.EXIT_OK, summary
+    assert summary["check"] is True and summary["hosts"]["node1"]["changed"] == 1, summary
+    assert not target.exists(), "check mode wrote the file"
+    private = Path(summary["private_data_dir"])
+    assert "--check" in (private / "env" / "cmdline").read_text().split()
+    assert json.loads((private / runner.REPLAY_FILE).read_text())["check"] is True
+    # the same without --check writes it
+    assert cli.main(["cordon", "-n", "node1", "-i", str(project / "inventory.yml"), "-q"]) == cli.EXIT_OK
+    assert target.read_text() == "x"
+
+
+def test_the_private_data_directory_holds_what_a_replay_needs(project):
+    """env/extravars, env/cmdline (the inventory, the limit), env/envvars, project/ and replay.json
+    hold the run's own values; the run read them from there."""
+    res = run_operation("drain", inventory=project / "inventory.yml", limit=["node2"],
+                        extravars={"day2_reason": "{{ not rendered }}", "day2_drain_timeout": 60}, quiet=True)
+    assert res.ok, res.summary()
+    private = res.private_data_dir
+    assert (private / "project").is_symlink() and (private / "project").resolve() == project.resolve()
+    cmdline = (private / "env" / "cmdline").read_text().split()
+    assert cmdline == ["-i", str((project / "inventory.yml").resolve()), "--limit", "node2"]
+    extravars = (private / "env" / "extravars").read_text()
+    assert "!unsafe '{{ not rendered }}'" in extravars.replace('"', "'") and "day2_drain_timeout: 60" in extravars
+    envvars = json.loads(json.dumps(__import__("yaml").safe_load((private / "env" / "envvars").read_text())))
+    assert envvars["ANSIBLE_NOCOLOR"] == "1"
+    record = json.loads((private / runner.REPLAY_FILE).read_text())
+    assert record == {"operation": "drain", "project": str(project.resolve()), "playbook": "playbooks/day2/drain.yml",
+                      "inventory": str((project / "inventory.yml").resolve()), "limit": ["node2"], "check": False,
+                      "replay": f"ansible-runner run {private} -p playbooks/day2/drain.yml"}
+    # the run itself used exactly these (ansible-runner keeps the command it ran)
+    command = json.loads((res.artifacts_dir / "command").read_text())["command"]
+    played = command[command.index("--") + 1:]
+    assert played[1:5] == cmdline and f"@{private / 'env' / 'extravars'}" in played
+    assert played[-1] == str(project.resolve() / "playbooks" / "day2" / "drain.yml")
+    assert list(res.stats) == ["node2"]
+
+
+def test_a_run_replays_with_ansible_runner(project, monkeypatch):
+    """`ansible-runner run <private_data_dir> -p <playbook>` (replay.json's command) runs the same
+    playbook on the same host with the same extra variables, from any directory."""
+    runner_cli = Path(sys.executable).parent / "ansible-runner"
+    if not runner_cli.exists():
+        pytest.skip("the ansible-runner command is not installed in this interpreter's environment")
+    res = run_operation("cordon", inventory=project / "inventory.yml", limit=["node2"],
+                        extravars={"day2_reason": "replayed {{ as data }}"}, quiet=True)
+    assert res.ok, res.summary()
+    assert "hello node2 replayed {{ as data }}" in (res.artifacts_dir / "stdout").read_text()
+    record = json.loads((res.private_data_dir / runner.REPLAY_FILE).read_text())
+    argv = record["replay"].split()
+    assert argv[:2] == ["ansible-runner", "run"]
+    monkeypatch.delenv(runner.PROJECT_ENV)
+    proc = subprocess.run([str(runner_cli), *argv[1:], "--ident", "replay", "-j"], cwd="/", capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    replay = res.private_data_dir / "artifacts" / "replay"
+    stdout = (replay / "stdout").read_text()
+    assert "hello node2 replayed {{ as data }}" in stdout, stdout
+    assert "node1" not in stdout  # the original run's limit
+    assert (replay / "status").read_text().strip() == "successful"

@@ -20,7 +20,7 @@ import threading
 
 from . import config as config_mod
 from . import logs
-from .executor import SubprocessExecutor
+from .executor import make_executor
 from .store import Store
 
 LOG = logging.getLogger("ai_l1_day2.remediation")
@@ -63,7 +63,7 @@ def serve(args) -> int:
         return 4
     try:
         store = Store(cfg.db_path)
-        service = Service(cfg, store, nodes, SubprocessExecutor(cfg.jobs_dir))
+        service = Service(cfg, store, nodes, make_executor(cfg))
         service.acquire_state_dir()
     except (OSError, RuntimeError, sqlite3.Error) as exc:
         logs.log(LOG, logging.ERROR, f"state directory unusable: {exc}", state_dir=str(cfg.state_dir))
@@ -78,7 +78,8 @@ def serve(args) -> int:
     host, port = server.server_address[:2]
     logs.log(LOG, logging.INFO, "listening", host=host, port=port, tls=tls is not None, dry_run=cfg.dry_run,
              auth=cfg.auth.describe(),
-             state_dir=str(cfg.state_dir), workers=cfg.workers, operation=cfg.operation)
+             state_dir=str(cfg.state_dir), workers=cfg.workers, operation=cfg.operation, backend=cfg.backend,
+             **({"awx": cfg.awx.describe()} if cfg.awx else {"inventory": cfg.inventory}))
 
     def stop(signum, _frame):
         logs.log(LOG, logging.INFO, "stopping", signal=signal.Signals(signum).name)

@@ -22,8 +22,14 @@ for secrets. Secrets are never logged, never written to the store, never echoed 
     rate_limit: {max_runs: 5, window_s: 600}
     ceiling: {max_fraction: 0.25, pool_label: accelerator, pools: {}}
     isolated_taint: ai-platform.io/fault      # a node carrying it is already isolated
-    run: {operation: isolate, inventory: inventories/production, workers: 2, max_attempts: 3,
-          timeout_s: 3600, extravars: {}, precordon: true, keep_job_dirs: 1000}
+    run: {backend: runner, operation: isolate, inventory: /etc/ai-l1-remediate/hosts.yml, workers: 2,
+          max_attempts: 3, timeout_s: 3600, extravars: {}, precordon: true, keep_job_dirs: 1000}
+    # backend: how an isolation runs. runner (the default): the isolate playbook through
+    # ansible-runner in a child process, against run.inventory (required with runner, no default:
+    # a file or directory that exists; relative paths are resolved against the current directory,
+    # else the project). awx: the isolate job template is launched through AWX's API (section awx
+    # below) and followed to its end; the policy (lock, ceiling, dedupe, rate limit, audit) stays
+    # here either way.
     # keep_job_dirs: job directories (specs, logs, each run's artifacts) of finished jobs kept,
     # the newest first; older ones are removed (their job rows and the audit log stay).
     # precordon: the receiver cordons the Node itself (spec.unschedulable + the reason in
@@ -31,6 +37,17 @@ for secrets. Secrets are never logged, never written to the store, never echoed 
     # the playbook, which cordons again (no-op), taints, alerts and drains. Seconds matter for
     # the cordon (no new pod lands on a faulty GPU); the playbook's start-up is ~3-4 s.
     kubernetes: {kubeconfig: null, context: null}   # null: in-cluster, else ~/.kube/config
+    awx:                                      # only with run.backend: awx (refused otherwise)
+      url: https://awx.example.com            # required; no credentials, query or fragment in it
+      job_template_id: 42                     # required: the isolate job template (Limit and Variables
+                                              #   prompted on launch)
+      token_env: AI_L1_REMEDIATE_AWX_TOKEN    # the OAuth2 token (default variable), or
+      # token_file: /etc/ai-l1-remediate/awx/token   # read at every request (a rotated Secret is picked up)
+      ca_file: null                           # PEM bundle AWX's certificate is checked against (default: system CAs)
+      verify: true                            # false: no certificate check (a lab only; never with ca_file)
+      inventory_id: null                      # launch with this AWX inventory (the template must prompt for it)
+      poll_s: 5                               # GET /api/v2/jobs/<id>/ every poll_s seconds until it ends
+      request_timeout_s: 30                   # one HTTP request
 """
 
 from __future__ import annotations
@@ -40,6 +57,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -54,6 +72,9 @@ DEFAULT_ALERTS = {
     "GPURowRemapFailure": "row-remap-failure",
     "GPUFallenOffBus": "gpu-lost",
 }
+BACKENDS = ("runner", "awx")
+AWX_TOKEN_ENV = "AI_L1_REMEDIATE_AWX_TOKEN"
+BEARER = re.compile(r"^[\x21-\x7e]+$")  # printable ASCII, no blanks: what an Authorization header can carry
 LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,50}[A-Za-z0-9])?$")
 DEFAULT_NODE_LABELS = ("Hostname", "node", "kubernetes_io_hostname", "instance")
 
@@ -71,6 +92,51 @@ class AuthConfig:
     def describe(self) -> dict:
         """What is configured, never the secrets themselves."""
         return {"bearer": self.token is not None, "hmac": self.hmac_key is not None, "max_skew_s": self.max_skew_s}
+
+
+@dataclass
+class AwxConfig:
+    """Where and how the isolate job template is launched (run.backend: awx)."""
+
+    url: str
+    job_template_id: int
+    token_env: str | None = None
+    token_file: Path | None = None
+    env_token: str | None = field(default=None, repr=False)
+    ca_file: Path | None = None
+    verify: bool = True
+    inventory_id: int | None = None
+    poll_s: float = 5.0
+    request_timeout_s: float = 30.0
+
+    def token(self) -> str:
+        """The token now: token_file read again (a Secret may have been rotated), else the
+        environment's value read at start. ConfigError naming the field, never the value."""
+        if self.token_file is None:
+            if not self.env_token:
+                raise ConfigError(f"awx.token_env: {self.token_env} is not set")
+            return self.env_token
+        try:
+            value = self.token_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(f"awx.token_file: cannot read {self.token_file}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"awx.token_file: {self.token_file} is not text") from None
+        _check_bearer(value, f"awx.token_file: {self.token_file}")
+        return value
+
+    def describe(self) -> dict:
+        """What is configured, never the token."""
+        return {"url": self.url, "job_template_id": self.job_template_id, "inventory_id": self.inventory_id,
+                "token": f"file {self.token_file}" if self.token_file else f"env {self.token_env}",
+                "verify": self.verify, "ca_file": str(self.ca_file) if self.ca_file else None}
+
+
+def _check_bearer(value: str, where: str) -> None:
+    if not value:
+        raise ConfigError(f"{where} is empty")
+    if not BEARER.match(value):
+        raise ConfigError(f"{where}: the token holds blanks or characters an HTTP header cannot carry")
 
 
 @dataclass
@@ -94,8 +160,9 @@ class Config:
     pool_label: str | None = "accelerator"
     pools: dict[str, tuple[str, ...]] = field(default_factory=dict)
     isolated_taint: str = "ai-platform.io/fault"
+    backend: str = "runner"
     operation: str = "isolate"
-    inventory: str = "inventories/production"
+    inventory: str | None = None  # required with backend runner (no default: it must name an inventory that exists)
     workers: int = 2
     max_attempts: int = 3
     timeout_s: int = 3600
@@ -106,6 +173,7 @@ class Config:
     kubeconfig: str | None = None
     kube_context: str | None = None
     log_level: str = "info"
+    awx: AwxConfig | None = None
 
     @property
     def db_path(self) -> Path:
@@ -170,6 +238,99 @@ def _int_list(value, where: str) -> frozenset[int]:
     return frozenset(value)
 
 
+AWX_KEYS = ("url", "job_template_id", "token_env", "token_file", "token", "ca_file", "verify", "inventory_id",
+            "poll_s", "request_timeout_s")
+
+
+def _positive_id(section: dict, key: str, required: bool) -> int | None:
+    value = section.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"awx.{key}: expected an AWX object id (an integer >= 1), got {value!r}")
+    return value
+
+
+def _awx(raw, env: dict) -> AwxConfig:  # noqa: PLR0912, PLR0915 (one check per key)
+    """The awx section (run.backend: awx)."""
+    if not isinstance(raw, dict):
+        raise ConfigError("awx: required with run.backend awx: a mapping with url, job_template_id and "
+                          "token_file or token_env")
+    unknown = set(raw) - set(AWX_KEYS)
+    if unknown:
+        raise ConfigError(f"awx: unknown keys {', '.join(sorted(map(str, unknown)))} (known: {', '.join(AWX_KEYS)})")
+    if "token" in raw:
+        raise ConfigError("awx.token: secrets are not read from the config file; use awx.token_file "
+                          f"(a file, e.g. a mounted Secret) or awx.token_env (default {AWX_TOKEN_ENV})")
+    url = raw.get("url")
+    if not isinstance(url, str) or not url.strip():
+        raise ConfigError("awx.url: required with run.backend awx (e.g. https://awx.example.com)")
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"awx.url: expected an http(s) URL such as https://awx.example.com, got {url!r}")
+    if parts.username is not None or parts.password is not None or parts.query or parts.fragment:
+        raise ConfigError("awx.url: no credentials, query or fragment in the URL (the token comes from "
+                          "awx.token_file or awx.token_env)")
+    try:
+        parts.port  # noqa: B018 (raises on a bad port)
+    except ValueError:
+        raise ConfigError(f"awx.url: bad port in {url!r}") from None
+    cfg = AwxConfig(url=url.strip().rstrip("/"), job_template_id=_positive_id(raw, "job_template_id", True))
+    cfg.inventory_id = _positive_id(raw, "inventory_id", False)
+    token_file = raw.get("token_file")
+    if token_file is not None:
+        if "token_env" in raw:
+            raise ConfigError("awx.token_file and awx.token_env: set one of them")
+        if not isinstance(token_file, str) or not token_file:
+            raise ConfigError(f"awx.token_file: expected a file path, got {token_file!r}")
+        cfg.token_file = Path(token_file).expanduser()
+        cfg.token()  # readable and well-formed now: a start, not the first isolation, finds out
+    else:
+        cfg.token_env = _typed(raw, "token_env", str, "awx.", AWX_TOKEN_ENV)
+        value = (env.get(cfg.token_env) or "").strip()
+        if not value:
+            raise ConfigError(f"awx.token_env: the AWX token is not in the environment variable {cfg.token_env} "
+                              "(or set awx.token_file)")
+        _check_bearer(value, f"awx.token_env: {cfg.token_env}")
+        cfg.env_token = value
+    cfg.verify = _typed(raw, "verify", bool, "awx.", True)
+    ca_file = raw.get("ca_file")
+    if ca_file is not None:
+        if not isinstance(ca_file, str) or not ca_file:
+            raise ConfigError(f"awx.ca_file: expected a PEM file path, got {ca_file!r}")
+        if not cfg.verify:
+            raise ConfigError("awx.ca_file: set with awx.verify false; a certificate that is not checked needs no CA")
+        if parts.scheme != "https":
+            raise ConfigError(f"awx.ca_file: set for a plain http URL ({cfg.url})")
+        try:
+            Path(ca_file).expanduser().read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"awx.ca_file: cannot read {ca_file}: {exc.strerror}") from None
+        cfg.ca_file = Path(ca_file).expanduser()
+    cfg.poll_s = _typed(raw, "poll_s", float, "awx.", cfg.poll_s)
+    cfg.request_timeout_s = _typed(raw, "request_timeout_s", float, "awx.", cfg.request_timeout_s)
+    if cfg.poll_s <= 0 or cfg.request_timeout_s <= 0:
+        raise ConfigError("awx.poll_s and awx.request_timeout_s must be > 0")
+    return cfg
+
+
+def _inventory(value, backend: str) -> str | None:
+    """run.inventory: required with the runner backend, and it must exist whatever the backend."""
+    from ai_l1_day2.runner import BadInput, resolve_inventory  # noqa: PLC0415 (the runner's own rule)
+
+    if value is None:
+        if backend == "runner":
+            raise ConfigError("run.inventory: required with run.backend runner: the inventory file or directory "
+                              "the isolation runs use (there is no default)")
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"run.inventory: expected an inventory file or directory path, got {value!r}")
+    try:
+        return str(resolve_inventory(value))
+    except BadInput as exc:
+        raise ConfigError(f"run.inventory: {exc}") from None
+
+
 def load(  # noqa: PLR0912, PLR0915 (one check per key, in file order)
         path: str | Path | None = None, *, env: dict | None = None, overrides: dict | None = None) -> Config:
     """Read and validate the config; raise ConfigError naming the key at fault."""
@@ -186,7 +347,7 @@ def load(  # noqa: PLR0912, PLR0915 (one check per key, in file order)
         raise ConfigError(f"{path}: expected a mapping at the top level")
     raw.update(overrides or {})
     known = {"listen", "state_dir", "dry_run", "auth", "alerts", "node_labels", "xid", "dedupe_window_s",
-             "rate_limit", "ceiling", "isolated_taint", "run", "kubernetes", "log_level"}
+             "rate_limit", "ceiling", "isolated_taint", "run", "kubernetes", "log_level", "awx"}
     unknown = set(raw) - known
     if unknown:
         raise ConfigError(f"unknown config keys: {', '.join(sorted(unknown))} (known: {', '.join(sorted(known))})")
@@ -256,8 +417,11 @@ def load(  # noqa: PLR0912, PLR0915 (one check per key, in file order)
         raise ConfigError("ceiling.pools: expected a mapping pool name -> list of node names")
     cfg.pools = {name: tuple(nodes) for name, nodes in pools.items()}
     cfg.isolated_taint = _typed(raw, "isolated_taint", str, "", cfg.isolated_taint)
+    cfg.backend = _typed(run, "backend", str, "run.", cfg.backend)
+    if cfg.backend not in BACKENDS:
+        raise ConfigError(f"run.backend: expected {' or '.join(BACKENDS)}, got {cfg.backend!r}")
     cfg.operation = _typed(run, "operation", str, "run.", cfg.operation)
-    cfg.inventory = _typed(run, "inventory", str, "run.", cfg.inventory)
+    cfg.inventory = _inventory(run.get("inventory"), cfg.backend)
     cfg.workers = _typed(run, "workers", int, "run.", cfg.workers)
     cfg.max_attempts = _typed(run, "max_attempts", int, "run.", cfg.max_attempts)
     cfg.timeout_s = _typed(run, "timeout_s", int, "run.", cfg.timeout_s)
@@ -270,4 +434,9 @@ def load(  # noqa: PLR0912, PLR0915 (one check per key, in file order)
     cfg.kubeconfig = _typed(kube, "kubeconfig", str, "kubernetes.", None)
     cfg.kube_context = _typed(kube, "context", str, "kubernetes.", None)
     cfg.log_level = _typed(raw, "log_level", str, "", "info")
+    if cfg.backend == "awx":
+        cfg.awx = _awx(raw.get("awx"), env)
+    elif raw.get("awx") is not None:
+        raise ConfigError("awx: set, but run.backend is runner; set run.backend: awx to launch isolations "
+                          "through AWX, or remove the awx section")
     return cfg

@@ -108,8 +108,9 @@ class SubprocessExecutor:
             pass
         ident = self.ident(job)
         earlier = {line for f in jdir.glob("idents-before-*") for line in f.read_text().split()}
-        for status in sorted((jdir / "runs").rglob("status")):
-            if status.parent.parent.name != "artifacts" or (ident and status.parent.name != ident):
+        # runs/<private data dir>/artifacts/<ident>/status; no recursion (a run directory links to the project)
+        for status in sorted((jdir / "runs").glob("*/artifacts/*/status")):
+            if ident and status.parent.name != ident:
                 continue
             if status.parent.name in earlier:
                 continue
@@ -145,4 +146,14 @@ class SubprocessExecutor:
     def runs(self, job_id: int) -> list[str]:
         """Every ansible-runner ident that ran for this job (its artifacts directories)."""
         root = self.job_dir(job_id) / "runs"
-        return sorted({p.name for p in root.rglob("*") if p.is_dir() and p.parent.name == "artifacts"})
+        return sorted({p.name for p in root.glob("*/artifacts/*") if p.is_dir()})
+
+
+def make_executor(cfg):
+    """The executor run.backend names: runner (this module: ansible-runner in a detached child) or
+    awx (awx.AwxExecutor: the isolate job template launched through AWX's API)."""
+    if cfg.backend == "awx":
+        from .awx import AwxExecutor  # noqa: PLC0415
+
+        return AwxExecutor(cfg.jobs_dir, cfg.awx)
+    return SubprocessExecutor(cfg.jobs_dir)
