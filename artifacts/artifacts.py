@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -33,6 +34,20 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import yaml
+
+
+def _load_mirror_rule():
+    """The mirror rule shared with the filter ai_platform.l1.mirror_url (the collection's
+    module_utils/mirror.py, standard library only), loaded by its path: no Ansible needed here."""
+    path = (Path(__file__).resolve().parents[1] / "collections" / "ansible_collections" / "ai_platform" / "l1"
+            / "plugins" / "module_utils" / "mirror.py")
+    spec = importlib.util.spec_from_file_location("ai_l1_mirror_rule", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+mirror_rule = _load_mirror_rule()
 
 MANIFEST = Path(__file__).resolve().parent / "manifest.yml"
 KINDS_FILE = ("binary", "archive", "file")
@@ -130,7 +145,7 @@ def _parse_bases(data: dict, source: str, problems: list[str]) -> tuple[dict, di
         parts = urlsplit(url) if isinstance(url, str) else None
         if not BASE_NAME_RE.match(str(bname)) or bname in RESERVED:
             problems.append(f"{source}: bad files base name '{bname}'")
-        if not parts or parts.scheme not in ("http", "https") or not parts.netloc or parts.query:
+        if not parts or parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
             problems.append(f"{source}: files base '{bname}' must be an http(s) URL, got {url!r}")
     for bname, ref in image_bases.items():
         if not BASE_NAME_RE.match(str(bname)) or bname in RESERVED or bname in file_bases:
@@ -257,8 +272,8 @@ def render(template: str, values: dict[str, str]) -> str:
 
 
 def mirrored_file_base(base: str, files_mirror: str) -> str:
-    parts = urlsplit(base)
-    return files_mirror.rstrip("/") + "/" + (parts.netloc + parts.path).strip("/")
+    """A files base through the files mirror: M/<base without its scheme> (artifacts/README.md)."""
+    return mirror_rule.files_url(base.rstrip("/"), files_mirror)
 
 
 def mirror_relpath(url: str) -> str:
@@ -273,7 +288,7 @@ def base_values(manifest: Manifest, files_mirror: str | None = None,
     for name, base in manifest.file_bases.items():
         values[name] = mirrored_file_base(base, files_mirror) if files_mirror else base.rstrip("/")
     for name, base in manifest.image_bases.items():
-        values[name] = images_mirror.rstrip("/") if images_mirror else base
+        values[name] = mirror_rule.image_ref(base, images_mirror, [base]) if images_mirror else base
     return values
 
 

@@ -582,21 +582,25 @@ def build_receiver(manifest: manifestlib.Manifest) -> tuple[ImageRecipe, dict]:
 GPUQUOTA_PACKAGES = ["kopf", "kubernetes"]
 
 
-def build_gpuquota_controller(manifest: manifestlib.Manifest) -> tuple[ImageRecipe, dict]:
-    """ai_l1_gpuquota (kopf, the Kubernetes client) with the one module of this repository's collection it
-    imports (module_utils/gpu_queues.py: what a GPUQuota becomes), on Debian's python3, user 65532."""
-    base = ensure_debian_base("python3-base", ["python3"])
+def gpuquota_image_recipe(manifest: manifestlib.Manifest, base: str, site: Path) -> ImageRecipe:
+    """ai_l1_gpuquota (kopf and the Kubernetes client from `site`, gpuquota_python) with the one
+    module of this repository's collection it imports (module_utils/gpu_queues.py: what a GPUQuota
+    becomes), on Debian's python3, user 65532."""
     python_dir = "/opt/ai-l1/python"
-    site = python_site("gpuquota-python", GPUQUOTA_PACKAGES)
     files = {path: src for path, src in tree_files(python_dir, site, bytecode=True).items()
              if not path.endswith("/.complete")}
     files.update(tree_files(f"{python_dir}/ai_l1_gpuquota", REPO / "day2" / "ai_l1_gpuquota"))
     utils = "collections/ansible_collections/ai_platform/l1/plugins/module_utils/gpu_queues.py"
     files[f"{python_dir}/{utils.split('/', 1)[1]}"] = REPO / utils
-    recipe = ImageRecipe("gpuquota-controller-image", "gpuquota-controller",
-                         manifest.get("gpuquota-controller-image").version, files,
-                         ["/usr/bin/python3", "-m", "ai_l1_gpuquota"], base=base, user="65532:65532",
-                         env={"PYTHONPATH": python_dir, "HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1"})
+    return ImageRecipe("gpuquota-controller-image", "gpuquota-controller",
+                       manifest.get("gpuquota-controller-image").version, files,
+                       ["/usr/bin/python3", "-m", "ai_l1_gpuquota"], base=base, user="65532:65532",
+                       env={"PYTHONPATH": python_dir, "HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1"})
+
+
+def build_gpuquota_controller(manifest: manifestlib.Manifest) -> tuple[ImageRecipe, dict]:
+    base = ensure_debian_base("python3-base", ["python3"])
+    recipe = gpuquota_image_recipe(manifest, base, python_site("gpuquota-python", GPUQUOTA_PACKAGES))
     return recipe, build_image(recipe)
 
 

@@ -114,6 +114,10 @@ def test_every_manifest_image_has_a_lab_recipe(tmp_path):
     recipes.update({r.artifact: r for r in build.monitoring_image_recipes(manifest, monitoring_bins, "base")})
     receiver = build.receiver_image_recipe(manifest, "base", tmp_path, tmp_path, tmp_path / "ansible.cfg")
     recipes[receiver.artifact] = receiver
+    queue_bins = {n: Path("/x") for r in build.queue_recipes(manifest) for n in r.binaries}
+    recipes.update({r.artifact: r for r in build.queue_image_recipes(manifest, queue_bins)})
+    controller = build.gpuquota_image_recipe(manifest, "base", tmp_path)
+    recipes[controller.artifact] = controller
     images = {a.name: a for a in manifest.artifacts.values()
               if a.is_image and not any(a.name.startswith(p) for p in build.NOT_BUILT)}
     assert set(recipes) == set(images)
@@ -150,10 +154,11 @@ def test_publish_file_places_the_file_at_its_upstream_path(tmp_path, monkeypatch
 
 
 def test_the_lab_skips_only_what_it_says_it_skips():
-    """Everything else in the manifest must be built; calico and NVIDIA's device plugin are production-only."""
+    """Everything else in the manifest must be built; calico, the device plugins and Volcano are production-only."""
     skipped = [n for n in lib.load().artifacts if any(n.startswith(p) for p in build.NOT_BUILT)]
     assert skipped == ["calico-manifest", "calico-node-image", "calico-cni-image", "calico-kube-controllers-image",
-                       "nvidia-device-plugin-image", "ascend-device-plugin-image"]
+                       "nvidia-device-plugin-image", "ascend-device-plugin-image", "volcano-chart",
+                       "volcano-scheduler-image", "volcano-controller-manager-image", "volcano-webhook-manager-image"]
 
 
 def test_files_service_is_idempotent_and_stops(tmp_path, monkeypatch):

@@ -340,10 +340,237 @@ def _role_uses(playbook, seen=None):
 def test_schema_covers_every_role_site_runs_with_what_the_playbooks_set():
     schema = yaml.safe_load((ROOT / 'playbooks/vars/inventory_schema.yml').read_text())['inventory_schema']
     uses = _role_uses(ROOT / 'playbooks/site.yml')
-    entries = {role: iv.role_spec(entry, {}) for role, entry in schema['role_argument_specs'].items()}
+    entries = {role: iv.role_spec(entry, {}) for role, entry in schema['role_argument_specs'].items()
+               if not iv.is_day2(entry)}
     assert sorted(entries) == sorted(uses)
     for role, names in uses.items():
         assert entries[role].set_by_playbook == names, role
+
+
+def _day2_role_uses():
+    """role -> one set per use (roles: entry or include_role, any tasks_from) of the vars a day-2 playbook passes."""
+    uses = {}
+    for playbook in sorted((ROOT / 'playbooks/day2').glob('*.yml')):
+        for play in yaml.safe_load(playbook.read_text()):
+            for entry in play.get('roles') or []:
+                name = entry if isinstance(entry, str) else entry['role']
+                uses.setdefault(name, []).append(set((entry.get('vars') or {}) if isinstance(entry, dict) else ()))
+            stack = [t for key in ('pre_tasks', 'tasks', 'post_tasks') for t in play.get(key) or []]
+            while stack:
+                task = stack.pop()
+                stack.extend(t for key in ('block', 'rescue', 'always') for t in task.get(key) or [])
+                include = task.get('ansible.builtin.include_role') or task.get('ansible.builtin.import_role')
+                if include:
+                    uses.setdefault(include['name'], []).append(set(task.get('vars') or {}))
+    return uses
+
+
+def test_schema_marks_the_roles_day2_runs_with_what_every_run_sets():
+    schema = yaml.safe_load((ROOT / 'playbooks/vars/inventory_schema.yml').read_text())['inventory_schema']
+    entries = {role: iv.role_spec(entry, {}) for role, entry in schema['role_argument_specs'].items()
+               if iv.is_day2(entry)}
+    uses = _day2_role_uses()
+    assert sorted(entries) == sorted(set(uses) - set(_role_uses(ROOT / 'playbooks/site.yml'))) == [
+        'node_drain', 'nvidia_mig']
+    for role, passed in uses.items():
+        if role in entries:
+            # Set by every day-2 use: an inventory value would never be read.
+            assert entries[role].set_by_playbook == set.intersection(*passed), role
+
+
+# ---- variables nothing reads
+
+def _unread(groups, hv, **kwargs):
+    return iv.validate_inventory(groups, hv, refuse_unread=True, **kwargs)
+
+
+def test_a_variable_nothing_reads_is_refused_where_it_is_held():
+    hv = hostvars(**{h: {'nvidia_cuda_version': '12.4'} for h in GROUPS['gpu_nvidia']})
+    hv['npu1']['ascend_cann_version'] = '7.0.0'
+    for host in GROUPS['all']:
+        hv[host]['cluster_name'] = 'dc1'
+    hv['gpu1']['team'] = 'a'
+    hv['npu1']['team'] = 'b'
+    rules = {name: {} for name in CLUSTER}
+    role_specs = {'ascend_driver': iv.RoleSpec('npu_ascend', {'ascend_driver_cann_version': {'type': 'str'}}),
+                  'nvidia_driver': iv.RoleSpec('gpu_nvidia', {'nvidia_driver_version': {'type': 'str'}})}
+    assert _unread(GROUPS, hv, rules=rules, role_specs=role_specs) == [
+        'group all: cluster_name is not read by any role or tool',
+        'group gpu_nvidia: nvidia_cuda_version is not read by any role or tool (did you mean nvidia_driver_version?)',
+        'hosts gpu1, npu1: team is not read by any role or tool',
+        'host npu1: ascend_cann_version is not read by any role or tool (did you mean ascend_driver_cann_version?)',
+    ]
+    # Off unless asked for: the other checks' tests give hosts whatever variables they need.
+    assert iv.validate_inventory(GROUPS, hv, rules=rules, role_specs=role_specs) == []
+
+
+def test_what_is_read_is_accepted():
+    hv = hostvars()
+    for host in GROUPS['all']:
+        hv[host].update({
+            # Ansible's own: connection variables and the magic variables.
+            'ansible_host': '192.0.2.1', 'ansible_ssh_common_args': '-o X=y', 'inventory_hostname': host,
+            'group_names': [], 'groups': GROUPS, 'playbook_dir': '/p', 'inventory_dir': '/i',
+            # A rule (read_by: a tool), a role argument, its switch, a day-2 role's argument.
+            'lab_name': 'ai-l1', 'common_chrony_servers': ['ntp1'], 'common_enabled': True, 'nvidia_mig_configs': {},
+            # Cached facts (gathering: smart, fact_caching: jsonfile) and an extra variable.
+            'discovered_interpreter_python': '/usr/bin/python3', 'ansible_facts': {
+                'discovered_interpreter_python': '/usr/bin/python3'},
+            'day2_reason': 'maintenance',
+        })
+    rules = {**{name: {} for name in CLUSTER}, 'lab_name': {'type': 'str', 'read_by': 'lab/labctl.py'}}
+    role_specs = {'common': iv.RoleSpec('all', COMMON_SPEC, enabled_by='common_enabled'),
+                  'nvidia_mig': iv.RoleSpec('gpu_nvidia', {'nvidia_mig_configs': {'type': 'dict'}}, day2=True)}
+    assert _unread(GROUPS, hv, rules=rules, role_specs=role_specs, not_inventory={'day2_reason'}) == []
+    # The same names without what makes them read.
+    assert _unread(GROUPS, hv, rules={name: {} for name in CLUSTER}, role_specs={}) == [
+        f'group all: {name} is not read by any role or tool' for name in (
+            'common_chrony_servers', 'common_enabled', 'day2_reason', 'lab_name', 'nvidia_mig_configs')]
+
+
+def test_a_variable_the_inventory_templates_read_is_read():
+    # The vault pattern: a role argument's value refers to a vaulted variable of the inventory.
+    channels = {'critical': {'url': '{{ vault_feishu_critical_url }}', 'secret': "{{ vault_feishu_secret | trim }}"}}
+    raw = {'monitoring_k8s_feishu_channels': channels, 'vault_feishu_critical_url': 'https://open.feishu.cn/x',
+           'vault_feishu_secret': 's', 'vault_unused': 'u', 'broken': '{{ oops(', 'plain': 'no template here',
+           'key_file': ["{% if x_cond %}a{% endif %}", "{{ inventory_dir }}/id"]}
+    assert iv.template_references(raw.values()) == {
+        'vault_feishu_critical_url', 'vault_feishu_secret', 'x_cond', 'inventory_dir'}
+    hv = hostvars(**{h: dict(raw) for h in GROUPS['all']})
+    rules = {name: {} for name in CLUSTER}
+    role_specs = {'monitoring_k8s': iv.RoleSpec('all', {'monitoring_k8s_feishu_channels': {'type': 'dict'}})}
+    assert _unread(GROUPS, hv, rules=rules, role_specs=role_specs,
+                   referenced=iv.template_references(raw.values())) == [
+        f'group all: {name} is not read by any role or tool'
+        for name in ('broken', 'key_file', 'plain', 'vault_unused')]
+
+
+def test_a_misspelt_role_variable_is_reported_once():
+    # all.vars: a typo the role's hosts report as one; the other hosts do not repeat it as unread.
+    hv = hostvars(**{h: {'k8s_device_plugins_mig_stratgy': 'none'} for h in GROUPS['all']})
+    rules = {name: {} for name in CLUSTER}
+    role_specs = {'k8s_device_plugins': iv.RoleSpec('gpu_nvidia:npu_ascend', PLUGINS_SPEC,
+                                                    frozenset({'k8s_device_plugins_api_host'}))}
+    assert _unread(GROUPS, hv, rules=rules, role_specs=role_specs) == [
+        'groups gpu_nvidia, npu_ascend: k8s_device_plugins_mig_stratgy is not a variable of role k8s_device_plugins '
+        '(did you mean k8s_device_plugins_mig_strategy?)']
+    # Held only where the role does not run (or is switched off): nothing reads it, it is unread.
+    hv = hostvars(cp1={'k8s_device_plugins_mig_stratgy': 'none'})
+    assert _unread(GROUPS, hv, rules=rules, role_specs=role_specs) == [
+        'host cp1: k8s_device_plugins_mig_stratgy is not read by any role or tool '
+        '(did you mean k8s_device_plugins_mig_strategy?)']
+
+
+def test_a_day2_role_is_checked_for_typos_and_playbook_values_only():
+    spec = {'nvidia_mig_configs': {'type': 'dict'}, 'nvidia_mig_config': {'type': 'str', 'required': True}}
+    role_specs = {'nvidia_mig': iv.RoleSpec('gpu_nvidia', spec, frozenset({'nvidia_mig_config'}), day2=True)}
+    rules = {name: {} for name in CLUSTER}
+    hv = hostvars(gpu1={'nvidia_mig_configs': 'not a dict', 'nvidia_mig_confgs': {}},
+                  gpu2={'nvidia_mig_config': 'all-1g.10gb'})
+    assert _unread(GROUPS, hv, rules=rules, role_specs=role_specs) == [
+        'host gpu1: nvidia_mig_confgs is not a variable of role nvidia_mig (did you mean nvidia_mig_configs?)',
+        'host gpu2: nvidia_mig_config is set by the playbook that runs role nvidia_mig; '
+        'the inventory value would be ignored',
+    ]
+
+
+def test_find_role_options_of_every_entry_point(tmp_path):
+    class Loader:
+        @staticmethod
+        def load_from_file(path):
+            return yaml.safe_load(Path(path).read_text())
+
+    meta = tmp_path / 'node_drain/meta'
+    meta.mkdir(parents=True)
+    (meta / 'argument_specs.yml').write_text(yaml.safe_dump({'argument_specs': {
+        'main': {'options': {'node_drain_node': {'type': 'str'}}},
+        'drain': {'options': {'node_drain_node': {'type': 'str'}, 'node_drain_force': {'type': 'bool'}}},
+        'cordon': {}}}))
+    assert iv.find_role_options('node_drain', [str(tmp_path)], Loader()) == {'node_drain_node': {'type': 'str'}}
+    assert iv.find_role_options('node_drain', [str(tmp_path)], Loader(), all_entry_points=True) == {
+        'node_drain_node': {'type': 'str'}, 'node_drain_force': {'type': 'bool'}}
+
+
+def test_read_by_must_name_a_reader():
+    assert iv.check_rules({'a': {'read_by': ''}, 'b': {'read_by': ['x']}, 'c': {'read_by': 'lab/labctl.py'}}) == [
+        "schema: variables.a.read_by must name what reads the variable (got '')",
+        "schema: variables.b.read_by must name what reads the variable (got ['x'])",
+    ]
+
+
+def _schema_and_read():
+    class Loader:
+        @staticmethod
+        def load_from_file(path):
+            return yaml.safe_load(Path(path).read_text())
+
+    schema = yaml.safe_load((ROOT / 'playbooks/vars/inventory_schema.yml').read_text())['inventory_schema']
+    role_specs = {role: iv.role_spec(entry, iv.find_role_options(role, [str(ROOT / 'roles')], Loader(),
+                                                                 all_entry_points=iv.is_day2(entry)))
+                  for role, entry in schema['role_argument_specs'].items()}
+    return schema, role_specs, iv.read_variables(schema['variables'], role_specs)
+
+
+def test_every_rule_no_role_reads_names_a_reader_that_reads_it():
+    schema, role_specs, _read = _schema_and_read()
+    arguments = set().union(*(spec.options for spec in role_specs.values()))
+    for name, rule in schema['variables'].items():
+        if name in arguments or iv.ansible_variable(name):
+            assert 'read_by' not in rule, f'{name} is a role argument or Ansible\'s: no read_by'
+            continue
+        assert rule.get('read_by'), f'{name}: no role reads it, so its rule says what does (read_by)'
+        for reader in (part.strip() for part in rule['read_by'].split(',')):
+            path = ROOT / reader
+            texts = [p.read_text() for p in ([path] if path.is_file() else sorted(path.rglob('*.y*ml')))]
+            assert texts and any(name in text for text in texts), f'{name}: {reader} does not read it'
+
+
+def _inventory_vars(tree, out):
+    """Every variable set in a YAML inventory's group tree (group vars and host vars)."""
+    if isinstance(tree, dict):
+        out.update((tree.get('vars') or {}))
+        for host_vars in (tree.get('hosts') or {}).values():
+            out.update(host_vars or {})
+        for child in (tree.get('children') or {}).values():
+            _inventory_vars(child, out)
+    return out
+
+
+def _shipped_inventories():
+    """name -> the variables it sets: inventories/*, tests/inventories/* and the molecule scenarios'."""
+    found = {}
+    dirs = [*sorted((ROOT / 'inventories').iterdir()), ROOT / 'tests/inventories/unreachable_control_planes',
+            *sorted((ROOT / 'tests/inventories/bad').iterdir())]
+    for inventory in dirs:
+        names = set()
+        for path in sorted(inventory.glob('*.yml')):
+            for tree in (yaml.safe_load(path.read_text()) or {}).values():
+                _inventory_vars(tree, names)
+        for path in sorted(inventory.glob('*_vars/**/*.yml')):
+            names.update(yaml.safe_load(path.read_text()) or {})
+        found[str(inventory.relative_to(ROOT))] = names
+    for scenario in sorted((ROOT / 'molecule').glob('*/molecule.yml')):
+        inventory = ((yaml.safe_load(scenario.read_text()).get('provisioner') or {}).get('inventory') or {})
+        names = set()
+        for key in ('group_vars', 'host_vars'):
+            for values in (inventory.get(key) or {}).values():
+                names.update(values or {})
+        found[str(scenario.relative_to(ROOT))] = names
+    return found
+
+
+def test_every_shipped_inventory_sets_only_what_something_reads():
+    # The validation play runs on inventories/* (test_validation_play.py); molecule scenarios apply
+    # their role directly and never run it, so their inventories are held to the same rule here.
+    _schema, role_specs, read = _schema_and_read()
+    inventories = _shipped_inventories()
+    assert 'molecule/nvidia_mig/molecule.yml' in inventories and 'inventories/lab' in inventories
+    expected = {'tests/inventories/bad/unread_variable': ['ascend_cann_version', 'cluster_name', 'nvidia_cuda_version']}
+    for name, names in inventories.items():
+        # A misspelt role variable (tests/inventories/bad/*_typo) is refused as such, not as unread.
+        unread = sorted(n for n in names if n not in read and not iv.ansible_variable(n)
+                        and iv.role_owner(n, role_specs) is None)
+        assert unread == expected.get(name, []), name
 
 
 @pytest.mark.parametrize(('value', 'bad'), [

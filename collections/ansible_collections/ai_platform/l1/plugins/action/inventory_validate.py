@@ -5,6 +5,14 @@
 
 The checks are pure functions over ``groups`` and ``hostvars`` so they can be unit-tested
 without Ansible running; ``ActionModule`` only gathers the inputs and reports.
+
+An inventory variable must be read by something: an argument of a role the schema lists
+(``role_argument_specs``, including the day-2 roles marked ``day2: true``, whose arguments are
+known but not validated here), a variable with its own rule (``variables``; one that no role
+reads says who does with ``read_by``, e.g. lab/labctl.py for the lab's ``lab_*`` variables), or
+one of Ansible's own (``ansible_*``, the magic variables). Anything else is refused by name:
+a role would silently ignore it (check_unread). Extra variables (``-e``) and cached facts are
+not inventory variables and are not checked.
 """
 
 from __future__ import annotations
@@ -17,14 +25,17 @@ import re
 from collections.abc import Mapping
 from typing import NamedTuple
 
+import jinja2
+import jinja2.meta
 from ansible import constants as C
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
+from ansible.utils.vars import load_extra_vars
 from ansible_collections.ai_platform.l1.plugins.module_utils.gpu_queues import validate_teams
 
 RULE_KEYS = frozenset((
     'hosts', 'required', 'type', 'elements', 'choices', 'min', 'max', 'pattern', 'format', 'version_min',
-    'same_on_all_hosts', 'distinct_from',
+    'same_on_all_hosts', 'distinct_from', 'read_by',
 ))
 TYPES = ('str', 'int', 'float', 'bool', 'list', 'dict')
 FORMATS = ('ip', 'cidr', 'abspath', 'hostname_or_ip', 'k8s_node_name', 'k8s_labels', 'secret', 'gpu_queue_teams')
@@ -50,6 +61,8 @@ TYPE_CLASSES = (
     ('bool', bool), ('int', int), ('float', float), ('str', str), ('dict', Mapping), ('list', (list, tuple)),
 )
 MAX_HOSTS_NAMED = 5
+# How alike (difflib ratio) an unread variable and a read one must be for a "did you mean".
+UNREAD_HINT_CUTOFF = 0.75
 
 
 class _Undefined:
@@ -233,6 +246,9 @@ def check_rules(rules):
             if rule.get(key) not in (None, *known):
                 errors.append(f"schema: variables.{name}.{key} must be one of {', '.join(known)} "
                               f"(got {show(rule[key])})")
+        if 'read_by' in rule and not (isinstance(rule['read_by'], str) and rule['read_by'].strip()):
+            errors.append(f"schema: variables.{name}.read_by must name what reads the variable "
+                          f"(got {show(rule['read_by'])})")
         if not isinstance(rule.get('distinct_from', []), list):
             errors.append(f'schema: variables.{name}.distinct_from must be a list of variable names')
         if 'pattern' in rule:
@@ -374,11 +390,15 @@ class RoleSpec(NamedTuple):
     ``set_by_playbook`` names options the play passes to the role itself (role vars win over the
     inventory), so the inventory need not give them and a value it gives would be ignored.
     ``enabled_by`` names a boolean variable without which the play skips the role on a host.
+    ``day2``: a day-2 playbook runs the role, not site.yml. Its arguments (every entry point's)
+    are variables an inventory may set, checked for typos and ``set_by_playbook`` only: each
+    day-2 run validates them when the role starts.
     """
     hosts: str
     options: Mapping | str
     set_by_playbook: frozenset = frozenset()
     enabled_by: str | None = None
+    day2: bool = False
 
 
 def _enabled(hostvars, host, switch):
@@ -396,13 +416,29 @@ def _whitespace(params, options, known):
             yield f'{name} has whitespace around it{shown}'
 
 
-def check_role_specs(groups, hostvars, role_specs, known=()):
+def _check_arguments(host, hostvars, role, validator, *, from_inventory, known):
+    """One host's values of a role's inventory arguments against its argument spec."""
+    found = []
+    params = {}
+    for name in from_inventory:
+        value = _get(hostvars, host, name)
+        if isinstance(value, tuple):
+            found.append(f'{name} cannot be templated: {value[0]}')
+        elif value is not UNDEFINED:
+            params[name] = value
+    found.extend(f'role {role}: {message}' for message in validator.validate(params).error_messages)
+    found.extend(_whitespace(params, from_inventory, known))
+    return found
+
+
+def check_role_specs(groups, hostvars, role_specs, known=(), typos=None):
     """role_specs: {role: RoleSpec} -> per-host argument errors.
 
     ``known`` names variables with their own rule: a role prefix on them is not a typo.
+    ``typos``: a set this adds every name reported as a misspelt role variable to.
     """
     found = []
-    for role, (scope, options, set_by_playbook, enabled_by) in role_specs.items():
+    for role, (scope, options, set_by_playbook, enabled_by, day2) in role_specs.items():
         if isinstance(options, str):
             found.append((f'role {role}', options, None))
             continue
@@ -411,16 +447,10 @@ def check_role_specs(groups, hostvars, role_specs, known=()):
         for host in _scope_hosts(groups, scope):
             if not _enabled(hostvars, host, enabled_by):
                 continue
-            params = {}
-            for name in from_inventory:
-                value = _get(hostvars, host, name)
-                if isinstance(value, tuple):
-                    found.append((host, f'{name} cannot be templated: {value[0]}', scope))
-                elif value is not UNDEFINED:
-                    params[name] = value
-            for message in validator.validate(params).error_messages:
-                found.append((host, f'role {role}: {message}', scope))
-            found.extend((host, message, scope) for message in _whitespace(params, from_inventory, known))
+            if not day2:
+                found.extend((host, message, scope) for message in
+                             _check_arguments(host, hostvars, role, validator, from_inventory=from_inventory,
+                                              known=known))
             for name in _var_names(hostvars, host):
                 if name in set_by_playbook:
                     found.append((host, f'{name} is set by the playbook that runs role {role}; '
@@ -431,6 +461,87 @@ def check_role_specs(groups, hostvars, role_specs, known=()):
                     close = difflib.get_close_matches(name, list(from_inventory), n=1)
                     hint = f' (did you mean {close[0]}?)' if close else ''
                     found.append((host, f'{name} is not a variable of role {role}{hint}', scope))
+                    if typos is not None:
+                        typos.add(name)
+    return found
+
+
+def read_variables(rules, role_specs):
+    """Every variable something reads: the rules' names and each role's arguments and switch."""
+    read = set(rules)
+    for spec in role_specs.values():
+        if not isinstance(spec.options, str):
+            read.update(spec.options)
+        read.update(spec.set_by_playbook)
+        if spec.enabled_by:
+            read.add(spec.enabled_by)
+    return read
+
+
+def ansible_variable(name):
+    """Ansible's own: connection and behavioural ansible_* variables and the magic variables."""
+    return name.startswith('ansible_') or name in C.INTERNAL_STATIC_VARS
+
+
+def _group_holding(groups, hosts):
+    """The first group (inventory order, 'all' first) whose hosts are exactly ``hosts``, else 'all'."""
+    wanted = set(hosts)
+    for group, members in groups.items():
+        if group != 'ungrouped' and members and set(members) == wanted:
+            return group
+    return 'all'
+
+
+def template_references(values):
+    """Names the templates among ``values`` (nested in lists and dicts) refer to.
+
+    An inventory variable another one's template reads is read: the vault pattern,
+    ``monitoring_k8s_feishu_channels: {critical: {url: "{{ vault_feishu_critical_url }}"}}``.
+    """
+    names = set()
+    env = jinja2.Environment()
+    stack = list(values)
+    while stack:
+        value = stack.pop()
+        if isinstance(value, Mapping):
+            stack.extend(value.values())
+        elif isinstance(value, (list, tuple)):
+            stack.extend(value)
+        elif isinstance(value, str) and ('{{' in value or '{%' in value):
+            try:
+                names.update(jinja2.meta.find_undeclared_variables(env.parse(str(value))))
+            except jinja2.TemplateSyntaxError:
+                continue  # templating it fails, and the check that reads it says so
+    return names
+
+
+def check_unread(groups, hostvars, read, *, typos=(), not_inventory=()):
+    """Inventory variables nothing reads: a role would silently ignore them.
+
+    ``read``: the variables something reads (read_variables, and those the inventory's own
+    templates refer to: template_references). ``typos``: names check_role_specs already reported
+    as misspelt role variables. ``not_inventory``: names that are not the inventory's (extra
+    variables). A host's cached facts are not inventory variables either.
+    Each finding names the group that holds the variable on exactly its hosts, else the hosts.
+    """
+    holders = {}
+    for host in _all_hosts(groups):
+        facts = _get(hostvars, host, 'ansible_facts')
+        facts = facts if isinstance(facts, Mapping) else {}
+        for name in sorted(_var_names(hostvars, host)):
+            if (name in read or name in typos or name in not_inventory or ansible_variable(name)
+                    or name in facts):
+                continue
+            holders.setdefault(name, []).append(host)
+    candidates = sorted(name for name in read if not ansible_variable(name))
+    found = []
+    for name, hosts in holders.items():
+        # A stricter cutoff than difflib's 0.6: any name is a little like some variable of ~400.
+        close = difflib.get_close_matches(name, candidates, n=1, cutoff=UNREAD_HINT_CUTOFF)
+        hint = f' (did you mean {close[0]}?)' if close else ''
+        group = _group_holding(groups, hosts)
+        ordered = [host for host in _scope_hosts(groups, group) if host in hosts]
+        found.extend((host, f'{name} is not read by any role or tool{hint}', group) for host in ordered)
     return found
 
 
@@ -495,11 +606,15 @@ def fold(found, groups):
 
 
 def validate_inventory(groups, hostvars, *, required_groups=(), group_sizes=None, exclusive_groups=(), member_of=None,
-                       unique_vars=(), rules=None, disjoint_cidrs=(), role_specs=None, inventories=()):
+                       unique_vars=(), rules=None, disjoint_cidrs=(), role_specs=None, inventories=(),
+                       refuse_unread=False, not_inventory=(), referenced=()):
     """Every problem found, one line each; an empty list means the inventory is valid.
 
     ``hostvars`` maps host -> mapping of that host's (templated on access) variables.
     ``role_specs`` maps role -> RoleSpec; ``inventories`` are the parsed YAML inventory files.
+    ``refuse_unread``: refuse variables nothing reads (check_unread); ``not_inventory`` names
+    variables that are not the inventory's (the run's extra variables); ``referenced`` names
+    those the inventory's own templates read (template_references of the raw values).
     """
     rules = rules or {}
     schema_errors = check_rules(rules)
@@ -511,7 +626,11 @@ def validate_inventory(groups, hostvars, *, required_groups=(), group_sizes=None
     found += check_vars(groups, hostvars, rules)
     found += check_distinct(groups, hostvars, rules)
     found += check_disjoint(groups, hostvars, disjoint_cidrs)
-    found += check_role_specs(groups, hostvars, role_specs or {}, known=set(rules))
+    typos = set()
+    found += check_role_specs(groups, hostvars, role_specs or {}, known=set(rules), typos=typos)
+    if refuse_unread:
+        read = read_variables(rules, role_specs or {}) | set(referenced)
+        found += check_unread(groups, hostvars, read, typos=typos, not_inventory=frozenset(not_inventory))
     return schema_errors + fold(found, groups)
 
 
@@ -561,8 +680,11 @@ def _get(hostvars, host, name):
 
 # ---------------------------------------------------------------- role argument specs
 
-def find_role_options(role, roles_paths, loader):
-    """The 'main' entry point options of a role's meta/argument_specs.yml, or an error message."""
+def find_role_options(role, roles_paths, loader, all_entry_points=False):
+    """The 'main' entry point options of a role's meta/argument_specs.yml, or an error message.
+
+    ``all_entry_points``: the options of every entry point (a day-2 role's tasks_from: drain, ...).
+    """
     for base in roles_paths:
         for name in ('argument_specs.yml', 'argument_specs.yaml', 'main.yml'):
             path = os.path.join(base, role, 'meta', name)
@@ -572,6 +694,11 @@ def find_role_options(role, roles_paths, loader):
             specs = data.get('argument_specs') if isinstance(data, Mapping) else None
             if not specs:
                 continue
+            if all_entry_points:
+                options = {}
+                for entry in specs.values():
+                    options.update((entry or {}).get('options') or {})
+                return options
             main = specs.get('main') or {}
             return dict(main.get('options') or {})
     return f"no meta/argument_specs.yml with a 'main' entry point found in {', '.join(roles_paths)}"
@@ -589,11 +716,15 @@ def yaml_inventory_files(sources):
 
 
 def role_spec(entry, options):
-    """A RoleSpec from a role_argument_specs value: 'group' or {hosts, set_by_playbook, enabled_by}."""
+    """A RoleSpec from a role_argument_specs value: 'group' or {hosts, set_by_playbook, enabled_by, day2}."""
     if not isinstance(entry, Mapping):
         return RoleSpec(str(entry), options)
     return RoleSpec(str(entry.get('hosts', 'all')), options, frozenset(entry.get('set_by_playbook') or ()),
-                    entry.get('enabled_by'))
+                    entry.get('enabled_by'), bool(entry.get('day2')))
+
+
+def is_day2(entry):
+    return isinstance(entry, Mapping) and bool(entry.get('day2'))
 
 
 # ---------------------------------------------------------------- the action
@@ -648,7 +779,8 @@ class ActionModule(ActionBase):
         roles_paths = args['roles_path'] or self._default_roles_paths(task_vars)
         role_specs = {}
         for role, entry in args['role_argument_specs'].items():
-            role_specs[role] = role_spec(entry, find_role_options(role, roles_paths, self._loader))
+            options = find_role_options(role, roles_paths, self._loader, all_entry_points=is_day2(entry))
+            role_specs[role] = role_spec(entry, options)
 
         errors = validate_inventory(
             groups, hostvars,
@@ -662,6 +794,10 @@ class ActionModule(ActionBase):
             role_specs=role_specs,
             inventories=[self._loader.load_from_file(path) for path in
                          yaml_inventory_files(task_vars.get('ansible_inventory_sources') or [])],
+            refuse_unread=True,
+            # -e values are the caller's, not the inventory's; Ansible merges them into every host.
+            not_inventory=frozenset(load_extra_vars(self._loader)),
+            referenced=self._referenced(task_vars.get('hostvars'), hosts),
         )
         result.update(changed=False, errors=errors, checked_hosts=len(hosts))
         if errors:
@@ -670,6 +806,19 @@ class ActionModule(ActionBase):
         else:
             result['msg'] = f'inventory is valid ({len(hosts)} hosts checked)'
         return result
+
+    @staticmethod
+    def _referenced(all_hostvars, hosts):
+        """Variables the inventory's templates refer to, from each host's values before templating."""
+        raw_get = getattr(all_hostvars, 'raw_get', None)
+        if raw_get is None:
+            return set()
+        names = set()
+        for host in hosts:
+            values = raw_get(host)
+            if isinstance(values, Mapping):
+                names |= template_references(values.values())
+        return names
 
     @staticmethod
     def _default_roles_paths(task_vars):
