@@ -61,7 +61,13 @@ from urllib.parse import urlsplit
 
 import yaml
 
-DEFAULT_XID_IGNORE = (13, 31, 43, 45, 68, 109)
+from ..collection import module_utils
+
+# The one XID policy and health view (the collection's module_utils/accelerator_health.py), as
+# gpu_info and the Node Problem Detector GPU plugin read them.
+accelerator_health = module_utils("accelerator_health")
+
+DEFAULT_XID_IGNORE = tuple(accelerator_health.APPLICATION_XIDS)
 # alertname -> fault kind (a label value: the isolate playbook's day2_fault); an XID alert with
 # a readable code becomes xid-<code>.
 DEFAULT_ALERTS = {
@@ -174,6 +180,11 @@ class Config:
     kube_context: str | None = None
     log_level: str = "info"
     awx: AwxConfig | None = None
+
+    @property
+    def xid_policy(self):
+        """The XID policy (accelerator_health.XidPolicy): xid.ignore, and the shared critical list."""
+        return accelerator_health.XidPolicy(ignore=self.xid_ignore)
 
     @property
     def db_path(self) -> Path:

@@ -3,7 +3,11 @@
 Each alert of an Alertmanager v4 payload goes through, in order:
   1. mapped alertname (cfg.alerts) and status firing, else ignored
   2. XID lists (GPUXidError only): ignore list wins, then the allow list when non-empty;
-     an XID alert without a readable code follows xid.unknown (refuse by default)
+     an XID alert without a readable code follows xid.unknown (refuse by default).
+     The alert's GPU health view (the collection's module_utils/accelerator_health.py, as
+     gpu_info and the NPD GPU plugin read it) is recorded in the decision: ok for an ignored
+     XID, degraded for an XID in neither list, failed for a critical XID and the other GPU
+     alerts
   3. node: the first of cfg.node_labels present; `instance` loses its port and an address
      is matched against the Nodes' addresses; a node the API does not know is refused
   4. dedupe: a job for the same fingerprint within dedupe_window_s -> duplicate
@@ -25,7 +29,7 @@ import math
 import re
 from dataclasses import asdict, dataclass, field
 
-from .config import Config
+from .config import Config, accelerator_health
 
 XID_LABELS = ("xid", "XID", "err_code")
 XID_TEXT = re.compile(r"\bXID\W{0,3}([0-9]{1,4})\b", re.IGNORECASE)
@@ -53,6 +57,7 @@ class Decision:
     detail: str = ""
     pool: str = ""
     job_id: int | None = None
+    health: str = ""  # the alert's GPU health view: ok | degraded | failed ('' before it is read)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -102,7 +107,7 @@ def xid_decision(xid: int | None, cfg: Config) -> tuple[bool, str]:
             return True, "XID code not in the alert; xid.unknown is isolate"
         return False, ("XID code not found in the alert (labels xid/err_code, annotations 'XID <n>'); "
                        "xid.unknown is refuse")
-    if xid in cfg.xid_ignore:
+    if accelerator_health.xid_view(xid, cfg.xid_policy).state == accelerator_health.OK:
         return False, f"XID {xid} is in xid.ignore (application error, not a hardware fault)"
     if cfg.xid_allow and xid not in cfg.xid_allow:
         return False, f"XID {xid} is not in xid.allow {sorted(cfg.xid_allow)}"
@@ -166,8 +171,9 @@ def decide(  # noqa: PLR0911, PLR0912, PLR0915 (the documented steps, in order)
         return d
     d.kind = cfg.alerts[name]
     details = []
-    if name == "GPUXidError":
-        xid = alert_xid(alert)
+    xid = alert_xid(alert) if name == accelerator_health.XID_ALERT else None
+    d.health = accelerator_health.alert_view(name, cfg.xid_policy, xid).state
+    if name == accelerator_health.XID_ALERT:
         ok, why = xid_decision(xid, cfg)
         if not ok:
             d.decision = "refused" if xid is None else "ignored"

@@ -10,9 +10,27 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.ai_platform.l1.plugins.module_utils.device_io import Arg, format_args
+
 PRIORITIES = range(8)
 TSA_CHOICES = ('ets', 'strict', 'vendor')
 TRUST_CHOICES = ('pcp', 'dscp')
+
+# mlnx_qos options, for the collection's CLI runner (device_io.CliRunner): one named value each.
+ARG_FORMATS = {
+    'interface': Arg.opt_val('-i'),
+    'trust': Arg.opt_val('--trust'),
+    'pfc': Arg.joined('--pfc'),
+    'dscp2prio': lambda pair: [] if pair is None else ['--dscp2prio', 'set,%d,%d' % tuple(pair)],
+    'prio_tc': Arg.joined('--prio_tc'),
+    'tsa': Arg.joined('--tsa'),
+    'tcbw': Arg.joined('--tcbw'),
+}
+
+
+def qos_args(order, **values):
+    """mlnx_qos arguments for the named values (ARG_FORMATS), e.g. qos_args('pfc', pfc=[0, 0, 0, 1, 0, 0, 0, 0])."""
+    return format_args(ARG_FORMATS, order, values)
 
 
 class MlnxQosError(Exception):
@@ -186,10 +204,9 @@ def _ets_changes(current, wanted, notes, commands):
         if i in ets and current['tcbw'][i] != new_bw[i]:
             notes.append('tc %d: bw %d%% -> %d%%' % (i, current['tcbw'][i], new_bw[i]))
     # mlnx_qos sets TSA and bandwidth together: --tcbw needs the ETS classes of --tsa.
-    args = ['--tsa', ','.join(new_tsa)]
-    if ets:
-        args += ['--tcbw', ','.join(str(new_bw[i]) if i in ets else '0' for i in range(8))]
-    commands.append(args)
+    # The bandwidth of non-ETS classes is written as 0.
+    commands.append(qos_args('tsa tcbw', tsa=new_tsa,
+                             tcbw=[new_bw[i] if i in ets else 0 for i in range(8)] if ets else None))
 
 
 def changes(current, wanted):
@@ -200,19 +217,19 @@ def changes(current, wanted):
     notes, commands = [], []
     if wanted['trust'] is not None and current.get('trust') != wanted['trust']:
         notes.append('trust: %s -> %s' % (current.get('trust'), wanted['trust']))
-        commands.append(['--trust', wanted['trust']])
+        commands.append(qos_args('trust', trust=wanted['trust']))
     if wanted['pfc'] is not None and current['pfc'] != wanted['pfc']:
         notes += ['pfc priority %d: %s -> %s' % (p, _onoff(current['pfc'][p]), _onoff(wanted['pfc'][p]))
                   for p in PRIORITIES if current['pfc'][p] != wanted['pfc'][p]]
-        commands.append(['--pfc', ','.join(str(v) for v in wanted['pfc'])])
+        commands.append(qos_args('pfc', pfc=wanted['pfc']))
     for d in sorted(wanted['dscp2prio']):
         if current['dscp2prio'].get(d) != wanted['dscp2prio'][d]:
             notes.append('dscp %d: priority %s -> %d' % (d, current['dscp2prio'].get(d), wanted['dscp2prio'][d]))
-            commands.append(['--dscp2prio', 'set,%d,%d' % (d, wanted['dscp2prio'][d])])
+            commands.append(qos_args('dscp2prio', dscp2prio=(d, wanted['dscp2prio'][d])))
     if wanted['prio_tc'] is not None and current['prio_tc'] != wanted['prio_tc']:
         notes += ['priority %d: tc %d -> %d' % (p, current['prio_tc'][p], wanted['prio_tc'][p])
                   for p in PRIORITIES if current['prio_tc'][p] != wanted['prio_tc'][p]]
-        commands.append(['--prio_tc', ','.join(str(v) for v in wanted['prio_tc'])])
+        commands.append(qos_args('prio_tc', prio_tc=wanted['prio_tc']))
     _ets_changes(current, wanted, notes, commands)
     return notes, commands
 

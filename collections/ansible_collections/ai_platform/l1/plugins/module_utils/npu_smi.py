@@ -14,6 +14,19 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.ai_platform.l1.plugins.module_utils.device_io import Arg
+
+# `npu-smi info` options, for the collection's CLI runner (device_io.CliRunner): named values
+# in INFO_ARGS order, e.g. type='health', npu=3, chip=0 -> `info -t health -i 3 -c 0`.
+ARG_FORMATS = {
+    'list': Arg.flag('-l'),
+    'map': Arg.flag('-m'),
+    'type': Arg.opt_val('-t'),
+    'npu': Arg.opt_val('-i'),
+    'chip': Arg.opt_val('-c'),
+}
+INFO_ARGS = ('list', 'map', 'type', 'npu', 'chip')
+
 # Health states npu-smi documents: OK (normal), Warning (minor), Alarm (major),
 # Critical (critical), UNKNOWN (device absent or not started).
 HEALTH_STATES = ('OK', 'Warning', 'Alarm', 'Critical', 'UNKNOWN')

@@ -14,10 +14,11 @@ __metaclass__ = type
 import ctypes
 import json
 import re
-import subprocess
 import time
 import traceback
 from datetime import datetime, timedelta, timezone
+
+from ansible_collections.ai_platform.l1.plugins.module_utils import accelerator_health, device_io
 
 try:
     import pynvml
@@ -30,8 +31,8 @@ except ImportError:
     PYNVML_IMPORT_ERROR = traceback.format_exc()
 
 # Application XIDs (user-program faults) that the NVIDIA device plugin also ignores
-# for health; they are still listed in xid_errors.
-DEFAULT_XID_IGNORE = [13, 31, 43, 45, 68, 109]
+# for health; they are still listed in xid_errors (the one XID policy: accelerator_health).
+DEFAULT_XID_IGNORE = list(accelerator_health.APPLICATION_XIDS)
 DEFAULT_XID_WINDOW = 86400
 XID_LIMIT_PER_GPU = 100
 
@@ -597,19 +598,19 @@ def _xid_match(text):
 
 def _boot_time():
     try:
-        with open("/proc/uptime") as f:
-            return time.time() - float(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
+        return time.time() - float(device_io.read_attr("/proc/uptime", strict=False).split()[0])
+    except (AttributeError, ValueError, IndexError):  # unreadable (None), empty or garbled
         return None
+
+
+# Seconds journalctl, dmesg or systemctl may take (a huge journal, a hung systemd): the XID
+# read then reports that it could not read the kernel log, instead of hanging the caller.
+SYSTEM_TOOL_TIMEOUT = 120
 
 
 def default_runner(args):
     """run_command stand-in for use outside Ansible: (rc, stdout, stderr)."""
-    try:
-        proc = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
-    except OSError as exc:
-        return 127, "", str(exc)
-    return proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace")
+    return device_io.tool_runner(None, timeout=SYSTEM_TOOL_TIMEOUT)(args)
 
 
 def _journal(runner, since):
@@ -697,71 +698,21 @@ def fabric_manager_state(service, runner):
 # ---------------------------------------------------------------- health and assembly
 
 
-def _label(gpu):
-    return "GPU %s (%s)" % (gpu["index"], gpu["pci_bus_id"] or "unknown PCI address")
+def health(result, xid_ignore=None, policy=None):
+    """RV(gpu_info.health) of an assembled result: the accelerator health view's {ok, problems}.
+
+    policy: an accelerator_health.XidPolicy; else one with xid_ignore as its ignore list.
+    """
+    return health_view(result, xid_ignore, policy).legacy()
 
 
-def _gpu_problems(gpu, xid_ignore):
-    problems = ["%s: NVML query failed: %s" % (_label(gpu), err) for err in gpu["errors"]]
-    if gpu["ecc"]["dbe_volatile"]:
-        problems.append("%s: %d volatile double-bit ECC errors" % (_label(gpu), gpu["ecc"]["dbe_volatile"]))
-    rows = gpu["remapped_rows"] or {}
-    if rows.get("failure"):
-        problems.append("%s: row remapping failed (replace the GPU)" % _label(gpu))
-    if rows.get("pending"):
-        problems.append("%s: row remapping pending (reset the GPU)" % _label(gpu))
-    if (gpu["retired_pages"] or {}).get("pending"):
-        problems.append("%s: page retirement pending (reset the GPU)" % _label(gpu))
-    seen = {}
-    for xid in gpu["xid_errors"]:
-        if xid["xid"] not in xid_ignore:
-            seen.setdefault(xid["xid"], []).append(xid)
-    for code in sorted(seen):
-        last = seen[code][-1]
-        problems.append(
-            "%s: XID %d seen %d time(s), last %s: %s"
-            % (_label(gpu), code, len(seen[code]), last["timestamp"] or "at an unknown time", last["message"])
-        )
-    return problems
-
-
-def _sxid_problems(sxids, xid_ignore):
-    """One problem per NVSwitch and SXid code (codes in xid_ignore left out), as for GPU XIDs."""
-    seen = {}
-    for sxid in sxids:
-        if sxid["xid"] not in xid_ignore:
-            seen.setdefault((sxid["pci_bus_id"], sxid["xid"]), []).append(sxid)
-    problems = []
-    for pci, code in sorted(seen):
-        events = seen[(pci, code)]
-        last = events[-1]
-        problems.append(
-            "NVSwitch (%s): SXid %d seen %d time(s), last %s: %s"
-            % (pci, code, len(events), last["timestamp"] or "at an unknown time", last["message"])
-        )
-    return problems
-
-
-def health(result, xid_ignore):
-    problems = []
-    for gpu in result["gpus"]:
-        problems.extend(_gpu_problems(gpu, xid_ignore))
-    for xid in result.get("_orphan_xids", []):
-        if xid["xid"] not in xid_ignore:
-            problems.append(
-                "XID %d on PCI %s, a device NVML does not list: %s" % (xid["xid"], xid["pci_bus_id"], xid["message"])
-            )
-    problems.extend(_sxid_problems(result.get("_sxids", []), xid_ignore))
-    for err in result.get("_system_errors", []):
-        problems.append("NVML query failed: %s" % err)
-    fm = result["fabric_manager"]
-    if fm["required"] and fm["state"] != "running":
-        problems.append("NVSwitch present but the fabric manager is %s" % fm["state"])
-    unique = []
-    for problem in problems:
-        if problem not in unique:
-            unique.append(problem)
-    return {"ok": not unique, "problems": unique}
+def health_view(result, xid_ignore=None, policy=None):
+    """The node's accelerator_health.HealthView (ok / degraded / failed, with reasons)."""
+    if policy is None:
+        policy = accelerator_health.XidPolicy(ignore=xid_ignore)
+    return accelerator_health.nvidia_view(
+        result["gpus"], policy, orphan_xids=result.get("_orphan_xids", []), sxids=result.get("_sxids", []),
+        system_errors=result.get("_system_errors", []), fabric_manager=result["fabric_manager"])
 
 
 def gpu_info(

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import re
 
+from ansible_collections.ai_platform.l1.plugins.module_utils.device_io import list_dir, read_attr
+
 # mlx5 prints the port's RoCE traffic class as `Global tclass=106` (writes take the plain number).
 _TCLASS = re.compile(r'^Global tclass=(-?\d+)$')
 
@@ -21,15 +23,7 @@ def read_value(path):
     Content that is not UTF-8 text (a broken driver, a corrupt file) raises ValueError
     naming the file: guessing a value there would compare or configure the wrong thing.
     """
-    try:
-        with open(path, 'rb') as handle:
-            data = handle.read()
-    except (IOError, OSError):
-        return None
-    try:
-        return data.decode('utf-8').strip()
-    except UnicodeDecodeError:
-        raise ValueError('%s does not hold text (%r): is the driver broken?' % (path, data[:32])) from None
+    return read_attr(path, strict=True)
 
 
 def read_setting(path):
@@ -46,9 +40,8 @@ def ib_netdevs(sysfs_root):
     """[(rdma device, sorted netdevs of that device)] for every device under class/infiniband, sorted."""
     base = os.path.join(sysfs_root, 'class', 'infiniband')
     out = []
-    for ib in sorted(os.listdir(base)) if os.path.isdir(base) else []:
-        netdir = os.path.join(base, ib, 'device', 'net')
-        out.append((ib, sorted(os.listdir(netdir)) if os.path.isdir(netdir) else []))
+    for ib in list_dir(base):
+        out.append((ib, list_dir(os.path.join(base, ib, 'device', 'net'))))
     return out
 
 

@@ -81,6 +81,9 @@ notes:
     C(nvlink-fullmesh) to the label value C(nvlink-fullmesh)."
   - Values a GPU does not support (NVML C(NOT_SUPPORTED)) are C(null); other query failures are
     listed in RV(gpu_info.gpus[].errors) and RV(gpu_info.health.problems), never as a traceback.
+  - The XID policy (O(xid_ignore)'s default, the critical list) and the health view behind
+    RV(gpu_info.health) are the collection's C(accelerator_health) module_utils, which the Node
+    Problem Detector GPU plugin and the remediation receiver read too.
 seealso:
   - module: ai_platform.l1.node_hw_info
 author:
@@ -243,11 +246,13 @@ gpu_info:
 '''
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.ai_platform.l1.plugins.module_utils.device_io import tool_runner
 from ansible_collections.ai_platform.l1.plugins.module_utils.nvml import (
     DEFAULT_XID_IGNORE,
     DEFAULT_XID_WINDOW,
     HAS_PYNVML,
     PYNVML_IMPORT_ERROR,
+    SYSTEM_TOOL_TIMEOUT,
     gpu_info,
 )
 
@@ -270,16 +275,8 @@ def main():
     if module.params['xid_window'] < 0:
         module.fail_json(msg='xid_window must be 0 (no limit) or a positive number of seconds')
 
-    def runner(args):
-        # A missing journalctl/dmesg/systemctl is an answer ("not available"), not a failure.
-        path = module.get_bin_path(args[0])
-        if path is None:
-            return 127, '', '%s not found' % args[0]
-        try:
-            return module.run_command([path] + list(args[1:]), handle_exceptions=False)
-        except (OSError, IOError) as exc:
-            return 127, '', str(exc)
-
+    # A missing or hanging journalctl/dmesg/systemctl is an answer ("not available"), not a failure.
+    runner = tool_runner(module, timeout=SYSTEM_TOOL_TIMEOUT)
     result, warnings = gpu_info(
         xid_source=module.params['xid_source'],
         xid_log_path=module.params['xid_log_path'],

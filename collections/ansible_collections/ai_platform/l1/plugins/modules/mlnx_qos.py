@@ -137,26 +137,26 @@ commands:
   elements: str
 '''
 
-import shlex
-
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.ai_platform.l1.plugins.module_utils import device_io
 from ansible_collections.ai_platform.l1.plugins.module_utils import mlnx_qos as qos
 
 
-def _run(module, tool, args):
-    cmd = [tool] + args
-    rc, out, err = module.run_command(cmd, environ_update={'LC_ALL': 'C'})
-    if rc != 0:
+def _run(module, runner, args):
+    try:
+        return runner.run(args)
+    except device_io.CliError as exc:
+        if exc.rc is None or exc.timed_out:
+            module.fail_json(msg=str(exc), changes=[], commands=[])
         module.fail_json(msg='%s failed (rc %d): %s' % (
-            ' '.join(shlex.quote(c) for c in cmd), rc, (err or out).strip()
+            exc.command, exc.rc, exc.detail
             or 'no output; is %s an NVIDIA/Mellanox port?' % module.params['interface']),
             changes=[], commands=[])
-    return out
 
 
-def _read(module, tool):
+def _read(module, runner):
     iface = module.params['interface']
-    out = _run(module, tool, ['-i', iface])
+    out = _run(module, runner, qos.qos_args('interface', interface=iface))
     try:
         return qos.parse(out)
     except qos.MlnxQosError as exc:
@@ -190,19 +190,22 @@ def main():
 
     tool = p['mlnx_qos_path']
     if '/' not in tool:
-        tool = module.get_bin_path(tool, required=False, opt_dirs=['/usr/sbin', '/sbin', '/usr/local/sbin'])
+        tool = device_io.which(module, tool, ['/usr/sbin', '/sbin', '/usr/local/sbin'])
         if not tool:
             module.fail_json(msg='mlnx_qos not found in PATH or the sbin directories; install mlnx-tools '
                                  '(MLNX_OFED/DOCA-OFED) or set mlnx_qos_path', changes=[], commands=[])
 
-    before = _read(module, tool)
+    # The tool's path in messages and RV(commands), as it runs; the module's timeout per command.
+    runner = device_io.CliRunner(module, tool, name=tool, timeout=p['timeout'])
+    on_port = qos.qos_args('interface', interface=p['interface'])
+    before = _read(module, runner)
     notes, commands = qos.changes(before, wanted)
-    lines = [' '.join(shlex.quote(c) for c in [tool, '-i', p['interface']] + args) for args in commands]
+    lines = [runner.command_line(on_port + args) for args in commands]
     after = qos.apply_to(before, commands)
     if commands and not module.check_mode:
         for args in commands:
-            _run(module, tool, ['-i', p['interface']] + args)
-        after = _read(module, tool)
+            _run(module, runner, on_port + args)
+        after = _read(module, runner)
         left = qos.changes(after, wanted)[0]
         if left:
             module.fail_json(msg='mlnx_qos on %s did not take: %s' % (p['interface'], '; '.join(left)),

@@ -87,7 +87,7 @@ import re
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.ai_platform.l1.plugins.module_utils import rdma_sysfs
+from ansible_collections.ai_platform.l1.plugins.module_utils import device_io, rdma_sysfs
 
 TUNED = {
     'NCCL_IB_DISABLE': '0',
@@ -111,7 +111,7 @@ def discover(sysfs_root):
         state = rdma_sysfs.read_value(os.path.join(port, 'state')) or ''
         gid_index = None
         gids = os.path.join(port, 'gids')
-        for n in sorted((int(x) for x in os.listdir(gids) if x.isdigit()) if os.path.isdir(gids) else []):
+        for n in sorted(int(x) for x in device_io.list_dir(gids) if x.isdigit()):
             kind = rdma_sysfs.read_value(os.path.join(port, 'gid_attrs', 'types', str(n)))
             if kind == 'RoCE v2' and _IPV4_MAPPED.match(rdma_sysfs.read_value(os.path.join(gids, str(n))) or ''):
                 gid_index = n

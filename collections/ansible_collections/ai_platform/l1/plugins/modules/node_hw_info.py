@@ -73,17 +73,15 @@ import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.ai_platform.l1.plugins.module_utils.device_io import list_dir, read_attr
 
 _NVME_RE = re.compile(r'^nvme\d+n\d+$')
 
 
 def _read(path):
-    try:
-        with open(path) as handle:
-            return handle.read().strip()
-    except (OSError, IOError):
-        # A down link makes the kernel fail the speed read with EINVAL; treat as unknown.
-        return None
+    # A down link makes the kernel fail the speed read with EINVAL, and a value that is not
+    # text says nothing either: both are unknown (None).
+    return read_attr(path, strict=False)
 
 
 def _speed(sysfs_root, netdev):
@@ -94,18 +92,11 @@ def _speed(sysfs_root, netdev):
         return -1
 
 
-def _listdir(path):
-    try:
-        return sorted(os.listdir(path))
-    except (OSError, IOError):
-        return []
-
-
 def collect(sysfs_root):
     """Read the facts; pure apart from reading files under sysfs_root."""
     rdma = []
-    for ibdev in _listdir(os.path.join(sysfs_root, 'class', 'infiniband')):
-        for netdev in _listdir(os.path.join(sysfs_root, 'class', 'infiniband', ibdev, 'device', 'net')):
+    for ibdev in list_dir(os.path.join(sysfs_root, 'class', 'infiniband')):
+        for netdev in list_dir(os.path.join(sysfs_root, 'class', 'infiniband', ibdev, 'device', 'net')):
             rdma.append({
                 'ib_device': ibdev,
                 'netdev': netdev,
@@ -114,7 +105,7 @@ def collect(sysfs_root):
             })
 
     nics = []
-    for netdev in _listdir(os.path.join(sysfs_root, 'class', 'net')):
+    for netdev in list_dir(os.path.join(sysfs_root, 'class', 'net')):
         if not os.path.exists(os.path.join(sysfs_root, 'class', 'net', netdev, 'device')):
             continue  # bridges, veths, loopback: no hardware behind them
         nics.append({
@@ -138,7 +129,7 @@ def collect(sysfs_root):
         network = {'interface': None, 'netdev': best['name'], 'speed_mbps': best['speed_mbps']}
 
     devices = []
-    for name in _listdir(os.path.join(sysfs_root, 'block')):
+    for name in list_dir(os.path.join(sysfs_root, 'block')):
         if not _NVME_RE.match(name):
             continue
         if _read(os.path.join(sysfs_root, 'block', name, 'hidden')) == '1':

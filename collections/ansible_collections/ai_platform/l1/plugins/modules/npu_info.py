@@ -169,7 +169,8 @@ import os
 import platform
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.ai_platform.l1.plugins.module_utils import npu_smi
+from ansible_collections.ai_platform.l1.plugins.module_utils import device_io, npu_smi
+from ansible_collections.ai_platform.l1.plugins.module_utils.accelerator_health import HealthView, npu_chip_view
 
 SEARCH_DIRS = ['/usr/local/bin', '/usr/local/sbin', '/usr/bin', '/usr/sbin']
 
@@ -218,32 +219,31 @@ def cann_version(root):
 
 
 class NpuSmi(object):
+    """npu-smi through the collection's CLI runner (LC_ALL=C, the module's timeout)."""
+
     def __init__(self, module, path, timeout):
         self.module = module
-        self.path = path
-        self.timeout = timeout
+        self.runner = device_io.CliRunner(module, path, name='npu-smi', timeout=timeout,
+                                          arg_formats=npu_smi.ARG_FORMATS)
 
     def run(self, args, parser):
         """Run npu-smi with args and parse; fail naming the command on any error."""
-        command = 'npu-smi ' + ' '.join(args)
-        # npu-smi can hang on a wedged device; `timeout` makes that a clear failure.
-        cmd = [self.path] + list(args)
-        timeout_bin = self.module.get_bin_path('timeout')
-        if timeout_bin:
-            cmd = [timeout_bin, str(self.timeout)] + cmd
-        rc, out, err = self.module.run_command(cmd, environ_update={'LC_ALL': 'C'})
-        if rc == 124 and timeout_bin:
-            self.module.fail_json(msg='`%s` did not finish within %d seconds' % (command, self.timeout))
-        if rc != 0:
-            self.module.fail_json(msg='`%s` failed with exit code %d: %s'
-                                  % (command, rc, (err or out).strip()[-500:] or 'no output'),
-                                  rc=rc, stdout=out, stderr=err)
+        try:
+            out = self.runner.run(args)
+        except device_io.CliError as exc:
+            if exc.timed_out or exc.rc is None:
+                self.module.fail_json(msg=str(exc))
+            self.module.fail_json(msg=str(exc), **exc.result())
         try:
             return parser(out)
         except npu_smi.NpuSmiParseError as exc:
             excerpt = '\n'.join(out.splitlines()[:6])
-            self.module.fail_json(msg='could not parse the output of `%s`: %s' % (command, exc),
+            self.module.fail_json(msg='could not parse the output of `%s`: %s' % (self.runner.display(args), exc),
                                   stdout_excerpt=excerpt)
+
+    def info(self, parser, **values):
+        """`npu-smi info [-l] [-m] [-t type] [-i npu] [-c chip]` (npu_smi.ARG_FORMATS), parsed."""
+        return self.run(['info'] + self.runner.args(npu_smi.INFO_ARGS, **values), parser)
 
 
 def per_npu_facts(smi, listing):
@@ -253,38 +253,21 @@ def per_npu_facts(smi, listing):
     usages = {}
     for entry in listing['npus']:
         npu_id = entry['npu_id']
-        board = smi.run(['info', '-t', 'board', '-i', str(npu_id)], npu_smi.parse_board)
+        board = smi.info(npu_smi.parse_board, type='board', npu=npu_id)
         board['chip_count'] = entry['chip_count']
         npus.append(board)
-        for chip_id, counters in smi.run(['info', '-t', 'ecc', '-i', str(npu_id)], npu_smi.parse_ecc).items():
+        for chip_id, counters in smi.info(npu_smi.parse_ecc, type='ecc', npu=npu_id).items():
             ecc[(npu_id, chip_id)] = counters
-        for chip_id, usage in smi.run(['info', '-t', 'usages', '-i', str(npu_id)], npu_smi.parse_usages).items():
+        for chip_id, usage in smi.info(npu_smi.parse_usages, type='usages', npu=npu_id).items():
             usages[(npu_id, chip_id)] = usage
     return npus, ecc, usages
 
 
-def chip_problems(chip):
-    """Why a chip is unhealthy: a health state other than OK, or double-bit ECC errors."""
-    where = 'NPU %d chip %d' % (chip['npu_id'], chip['chip_id'])
-    problems = []
-    if chip['health'] != 'OK':
-        text = 'health %s' % chip['health']
-        if chip['error_codes']:
-            text += ', error %s' % ' '.join(chip['error_codes'])
-        if chip['error_information']:
-            text += ' (%s)' % chip['error_information']
-        problems.append('%s: %s' % (where, text))
-    for counter, what in (('hbm_dbe', 'HBM'), ('ddr_dbe', 'DDR')):
-        if chip['ecc'].get(counter):
-            problems.append('%s: %d %s double-bit ECC errors' % (where, chip['ecc'][counter], what))
-    return problems
-
-
 def discover(module, smi, ascend_root):
-    table = smi.run(['info'], npu_smi.parse_info_table)
-    listing = smi.run(['info', '-l'], npu_smi.parse_list)
-    mapping = smi.run(['info', '-m'], npu_smi.parse_map)
-    topo = smi.run(['info', '-t', 'topo'], npu_smi.parse_topo)
+    table = smi.info(npu_smi.parse_info_table)
+    listing = smi.info(npu_smi.parse_list, list=True)
+    mapping = smi.info(npu_smi.parse_map, map=True)
+    topo = smi.info(npu_smi.parse_topo, type='topo')
 
     compute = sorted((c for c in mapping if c['logic_id'] is not None), key=lambda c: c['logic_id'])
     if not compute:
@@ -300,7 +283,7 @@ def discover(module, smi, ascend_root):
 
     npus, ecc, usages = per_npu_facts(smi, listing)
     chips = []
-    problems = []
+    view = HealthView()
     labels = topo['labels']
     for position, chip in enumerate(compute):
         key = (chip['npu_id'], chip['chip_id'])
@@ -308,8 +291,7 @@ def discover(module, smi, ascend_root):
         detail = {'health': row['health'], 'error_codes': [], 'error_information': ''}
         if row['health'] != 'OK':
             # Only unhealthy chips: each npu-smi call costs a round trip to the device.
-            detail = smi.run(['info', '-t', 'health', '-i', str(chip['npu_id']), '-c', str(chip['chip_id'])],
-                             npu_smi.parse_health)
+            detail = smi.info(npu_smi.parse_health, type='health', npu=chip['npu_id'], chip=chip['chip_id'])
         hbm_total = usages.get(key, {}).get('hbm_capacity_mb') or row['hbm_total_mb'] or 0
         counters = ecc.get(key, {})
         entry = {
@@ -330,7 +312,7 @@ def discover(module, smi, ascend_root):
             'ecc': counters,
         }
         chips.append(entry)
-        problems.extend(chip_problems(entry))
+        view.extend(npu_chip_view(entry))
 
     node_hbm = min(c['hbm_total_mb'] for c in chips)
     chips_per_npu = max(len([c for c in compute if c['npu_id'] == n['npu_id']]) for n in listing['npus'])
@@ -355,7 +337,7 @@ def discover(module, smi, ascend_root):
         'topology_links': npu_smi.link_counts(topo),
         'chips': chips,
         'npus': npus,
-        'health': {'ok': not problems, 'problems': problems},
+        'health': view.legacy(),
     })
     return result
 
@@ -374,7 +356,7 @@ def main():
         path = name if os.path.isfile(name) and os.access(name, os.X_OK) else None
         where = name
     else:
-        path = module.get_bin_path(name, opt_dirs=SEARCH_DIRS)
+        path = device_io.which(module, name, SEARCH_DIRS)
         where = '%s in PATH or %s' % (name, ', '.join(SEARCH_DIRS))
     if not path:
         module.exit_json(changed=False, npu_info=empty_result('npu-smi not found: %s' % where))

@@ -39,6 +39,13 @@ options:
     description: The nvidia-smi command.
     type: str
     default: nvidia-smi
+  timeout:
+    description:
+      - Seconds one nvidia-smi command may take before the module fails naming it (nvidia-smi
+        can hang on a GPU that fell off the bus). A MIG mode change can take tens of seconds.
+      - C(0) waits without a limit.
+    type: int
+    default: 300
 attributes:
   check_mode:
     support: full
@@ -94,21 +101,24 @@ processes:
 '''
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.ai_platform.l1.plugins.module_utils import device_io
 from ansible_collections.ai_platform.l1.plugins.module_utils import mig_layout as ml
 
 
 class Smi:
+    """nvidia-smi through the collection's CLI runner (LC_ALL=C, the module's timeout)."""
+
     def __init__(self, module):
         self.module = module
-        self.cmd = module.get_bin_path(module.params['nvidia_smi'], required=True) \
+        cmd = module.get_bin_path(module.params['nvidia_smi'], required=True) \
             if '/' not in module.params['nvidia_smi'] else module.params['nvidia_smi']
+        self.runner = device_io.CliRunner(module, cmd, name='nvidia-smi', timeout=module.params['timeout'])
 
     def run(self, *args, ok=(0,)):
-        rc, out, err = self.module.run_command([self.cmd] + list(args))
-        if rc not in ok:
-            self.module.fail_json(msg='nvidia-smi %s failed (rc %d): %s' % (' '.join(args), rc, (out + err).strip()),
-                                  rc=rc)
-        return out
+        try:
+            return self.runner.run(args, ok=ok)
+        except device_io.CliError as exc:
+            self.module.fail_json(msg=str(exc), rc=exc.rc)
 
     def state(self):
         modes = ml.parse_mig_modes(self.run(
@@ -164,6 +174,7 @@ def main():
             config_name=dict(type='str', required=True),
             allow_processes=dict(type='bool', default=False),
             nvidia_smi=dict(type='str', default='nvidia-smi'),
+            timeout=dict(type='int', default=300),
         ),
         supports_check_mode=True,
     )
