@@ -595,7 +595,9 @@ def gpuquota_image_recipe(manifest: manifestlib.Manifest, base: str, site: Path)
     return ImageRecipe("gpuquota-controller-image", "gpuquota-controller",
                        manifest.get("gpuquota-controller-image").version, files,
                        ["/usr/bin/python3", "-m", "ai_l1_gpuquota"], base=base, user="65532:65532",
-                       env={"PYTHONPATH": python_dir, "HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1"})
+                       # USER: kopf names itself by getpass.getuser(); uid 65532 has no passwd entry.
+                       env={"PYTHONPATH": python_dir, "HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1",
+                            "USER": "gpuquota-controller"})
 
 
 def build_gpuquota_controller(manifest: manifestlib.Manifest) -> tuple[ImageRecipe, dict]:
