@@ -24,6 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
+sys.path.insert(0, str(ROOT / "collections"))  # test_queues imports the collection (pytest.ini does it for pytest)
 from remediation_lab import fetch_kubeconfig  # noqa: E402
 from test_queues import condition, delete_job, gang_job, job_pods, workload  # noqa: E402
 
