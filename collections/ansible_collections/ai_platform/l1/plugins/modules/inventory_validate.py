@@ -73,6 +73,11 @@ options:
       - A one-line string with whitespace around it is refused, here and in role variables.
       - C(same_on_all_hosts) requires one value across the group, for cluster-wide settings.
       - An unknown rule key is reported as an error, so a typo cannot disable a check.
+      - C(read_by) names the files that read a variable no role has as an argument (a playbook,
+        a lab tool).
+      - An inventory variable that nothing reads (no role argument, no rule here, not Ansible's
+        own) is refused; C(-e) variables, cached facts and variables the inventory's own templates
+        refer to are not.
     type: dict
     default: {}
   disjoint_cidrs:
@@ -98,6 +103,8 @@ options:
         reported because it would be ignored.
       - C(enabled_by) names a variable; hosts where it is not true skip the role and are not
         checked against it.
+      - C(day2) true marks a role a day-2 playbook runs (not the rollout); its options are known
+        (an inventory may set them) and checked for typos and C(set_by_playbook) only.
       - A role without C(meta/argument_specs.yml) is an error.
     type: dict
     default: {}
