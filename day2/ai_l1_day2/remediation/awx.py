@@ -36,6 +36,7 @@ import urllib.request
 from pathlib import Path
 
 from .config import AwxConfig, ConfigError
+from .executor import JobDirs
 from .logs import log
 
 LOG = logging.getLogger("ai_l1_day2.remediation")
@@ -140,16 +141,13 @@ def _write(path: Path, data: dict) -> None:
     tmp.replace(path)
 
 
-class AwxExecutor:
+class AwxExecutor(JobDirs):
     """SubprocessExecutor's interface over AWX jobs (see the module docstring)."""
 
     def __init__(self, jobs_dir: Path, cfg: AwxConfig, client: AwxClient | None = None):
-        self.jobs_dir = Path(jobs_dir)
+        super().__init__(jobs_dir)
         self.cfg = cfg
         self.client = client or AwxClient(cfg)
-
-    def job_dir(self, job_id: int) -> Path:
-        return self.jobs_dir / f"job-{job_id:06d}"
 
     # -- files ---------------------------------------------------------------------------
     def _launched(self, job: dict) -> dict | None:
@@ -242,12 +240,6 @@ class AwxExecutor:
     def terminate(self, job: dict, grace_s: float = 0.0) -> None:  # noqa: ARG002 (the interface's signature)
         """Not done: cancelling needs a third endpoint; AWX's own job timeout applies."""
         log(LOG, logging.WARNING, "AWX job not canceled by the receiver", job_id=job["id"])
-
-    def ident(self, job: dict) -> str | None:
-        try:
-            return (self.job_dir(job["id"]) / "ident").read_text().strip() or None
-        except OSError:
-            return None
 
     def result(self, job: dict) -> dict | None:
         stored = self._stored_result(job)

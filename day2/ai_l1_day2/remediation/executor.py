@@ -28,14 +28,27 @@ from pathlib import Path
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding ai_l1_day2/
 
 
-class SubprocessExecutor:
-    def __init__(self, jobs_dir: Path, python: str = sys.executable):
+class JobDirs:
+    """What every executor keeps per job: its directory and the run's ident file."""
+
+    def __init__(self, jobs_dir: Path):
         self.jobs_dir = Path(jobs_dir)
-        self.python = python
-        self._children: dict[int, subprocess.Popen] = {}
 
     def job_dir(self, job_id: int) -> Path:
         return self.jobs_dir / f"job-{job_id:06d}"
+
+    def ident(self, job: dict) -> str | None:
+        try:
+            return (self.job_dir(job["id"]) / "ident").read_text().strip() or None
+        except OSError:
+            return None
+
+
+class SubprocessExecutor(JobDirs):
+    def __init__(self, jobs_dir: Path, python: str = sys.executable):
+        super().__init__(jobs_dir)
+        self.python = python
+        self._children: dict[int, subprocess.Popen] = {}
 
     def start(self, job: dict, spec: dict) -> int:
         jdir = self.job_dir(job["id"])
@@ -92,12 +105,6 @@ class SubprocessExecutor:
                 time.sleep(0.2)
             if not self.alive(job):
                 return
-
-    def ident(self, job: dict) -> str | None:
-        try:
-            return (self.job_dir(job["id"]) / "ident").read_text().strip() or None
-        except OSError:
-            return None
 
     def result(self, job: dict) -> dict | None:
         """The run's outcome once it is known, from result.json or the artifacts."""
