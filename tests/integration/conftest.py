@@ -9,7 +9,7 @@ The lab is removed when the session ends, unless AI_L1_KEEP_LAB=1. For developme
 an already converged lab, AI_L1_REUSE_LAB=1 skips the rollout when every node is Ready
 (and keeps the lab); `first_run` is then None and the tests that judge it skip.
 
-Helpers for tests: `sh`, `tail`, `recap`, `on(host, cmd)`, `kubectl_json(args)`.
+Helpers for tests: `sh`, `tail`, `recap`, `on(host, cmd)`, `kubectl_json(args)`, `wait_for(what, probe)`.
 """
 
 from __future__ import annotations
@@ -102,6 +102,17 @@ def not_ready_nodes(host: str | None = None) -> list[str]:
     ready = {n["metadata"]["name"] for n in json.loads(proc.stdout)["items"]
              if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"]["conditions"])}
     return sorted(set(CONTROL_PLANES + WORKERS) - ready)
+
+
+def wait_for(what: str, probe, timeout: float = 180, interval: float = 2.0):
+    """probe() until it returns something truthy (returned); fail naming `what` and the last value."""
+    deadline, last = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
 def wait_nodes_ready(host: str | None = None, timeout: int = 600) -> list[str]:

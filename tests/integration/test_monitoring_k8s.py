@@ -44,7 +44,20 @@ from urllib.parse import quote
 
 import pytest
 import yaml
-from conftest import CONTROL_PLANES, KUBECTL, LAB_INVENTORY, OVERLAY, REPO, WORKERS, kubectl_json, on, recap, sh, tail
+from conftest import (
+    CONTROL_PLANES,
+    KUBECTL,
+    LAB_INVENTORY,
+    OVERLAY,
+    REPO,
+    WORKERS,
+    kubectl_json,
+    on,
+    recap,
+    sh,
+    tail,
+    wait_for,
+)
 from remediation_lab import Api, alert, fetch_kubeconfig, payload
 
 PLAYBOOK = REPO / "playbooks" / "monitoring.yml"
@@ -84,17 +97,6 @@ def prom(path: str) -> dict:
 
 def query(expr: str) -> list[dict]:
     return prom(f"/api/v1/query?query={quote(expr)}")["result"]
-
-
-def wait_for(what: str, probe, timeout: float, interval: float = 3.0):
-    """probe() until it returns something truthy; fail with `what` and the last value."""
-    end, last = time.monotonic() + timeout, None
-    while time.monotonic() < end:
-        last = probe()
-        if last:
-            return last
-        time.sleep(interval)
-    pytest.fail(f"{what} within {timeout:.0f}s; last: {last!r}")
 
 
 def node_condition(node: str, kind: str) -> dict:

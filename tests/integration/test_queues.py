@@ -31,7 +31,7 @@ import time
 import pytest
 import yaml
 from ansible_collections.ai_platform.l1.plugins.module_utils import gpu_queues as model
-from conftest import CACHE, CONTROL_PLANES, LAB_INVENTORY, REPO, on, tail
+from conftest import CACHE, CONTROL_PLANES, LAB_INVENTORY, REPO, on, tail, wait_for
 from remediation_lab import fetch_kubeconfig
 
 IMAGE = "10.89.100.1:5000/ai-l1-lab/workload:v0.1.0"
@@ -62,17 +62,6 @@ def kubectl(kube, *args: str, stdin: str | None = None) -> subprocess.CompletedP
     binary = json.loads((CACHE / "k8s" / "lab-build.json").read_text())["artifacts"]["kubectl"]["path"]
     return subprocess.run([binary, "--kubeconfig", str(kube.path), *args], input=stdin, capture_output=True,
                           text=True, timeout=120, check=False)
-
-
-def wait_for(what: str, probe, timeout: float = 180, interval: float = 2):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
 def gang_job(name: str, namespace: str, queue: str, *, pods: int, gpus: int, sleep: int = 600) -> dict:
