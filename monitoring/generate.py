@@ -2,9 +2,9 @@
 """Generate the Kubernetes objects from the plain sources, so each has one source of truth.
 
     rules/gpu-alerts.rules.yml       -> kubernetes/prometheusrule-gpu-alerts.yaml
-    the collection's module_utils/accelerator_health.py (its SHARED block: the XID policy and
-      the health view)               -> npd/check_gpu.py (the block between the same markers)
-    npd/gpu-problem.json, npd/check_gpu.{sh,py} -> kubernetes/npd-gpu-configmap.yaml
+    npd/gpu-problem.json, npd/check_gpu.sh,
+      the collection's module_utils/accelerator_health.py (the XID policy and the health view)
+      followed by npd/check_gpu.py   -> kubernetes/npd-gpu-configmap.yaml
     (npd_manifests, npd_podmonitor)  -> kubernetes/node-problem-detector{,-podmonitor}.yaml
     dcgm/counters.csv                -> kubernetes/dcgm-exporter-counters-configmap.yaml
     dashboards/*.json                -> kubernetes/grafana-dashboards-configmap.yaml
@@ -24,8 +24,6 @@ import yaml
 HERE = Path(__file__).resolve().parent
 ACCELERATOR_HEALTH = (HERE.parent / "collections" / "ansible_collections" / "ai_platform" / "l1" / "plugins"
                       / "module_utils" / "accelerator_health.py")
-SHARED_BEGIN = "# BEGIN SHARED accelerator health"
-SHARED_END = "# END SHARED accelerator health"
 
 
 class _Dumper(yaml.SafeDumper):
@@ -68,28 +66,17 @@ def prometheus_rule():
     return dump(obj, src)
 
 
-def _shared_span(lines, where):
-    """(first, last) line index of the SHARED block (its marker lines included)."""
-    begins = [i for i, line in enumerate(lines) if line.startswith(SHARED_BEGIN)]
-    ends = [i for i, line in enumerate(lines) if line.startswith(SHARED_END)]
-    if len(begins) != 1 or len(ends) != 1 or ends[0] < begins[0]:
-        raise SystemExit(f"{where}: expected one '{SHARED_BEGIN}' line and, after it, one '{SHARED_END}' line")
-    return begins[0], ends[0]
-
-
 def npd_check_script():
-    """npd/check_gpu.py with its SHARED block replaced by the collection's (the XID policy and
-    health view that gpu_info and the remediation receiver read): the plugin runs alone with a
-    node's python3, so the block is copied, and --check fails when the copy is stale."""
-    source = ACCELERATOR_HEALTH.read_text(encoding="utf-8").splitlines(keepends=True)
-    first, last = _shared_span(source, ACCELERATOR_HEALTH.name)
-    script = (HERE / "npd/check_gpu.py").read_text(encoding="utf-8").splitlines(keepends=True)
-    start, end = _shared_span(script, "npd/check_gpu.py")
-    return "".join(script[:start] + source[first:last + 1] + script[end + 1:])
+    """The script the NPD plugin runs: the collection's accelerator_health.py (the XID policy and
+    health view that gpu_info and the remediation receiver read) followed by npd/check_gpu.py.
+    It runs alone with a node's python3, where no collection can be imported."""
+    health = ACCELERATOR_HEALTH.read_text(encoding="utf-8")
+    plugin = (HERE / "npd/check_gpu.py").read_text(encoding="utf-8")
+    return f"{health}\n\n# ---- monitoring/npd/check_gpu.py\n{plugin}"
 
 
 def npd_configmap():
-    src = "monitoring/npd/gpu-problem.json and check_gpu.{sh,py}"
+    src = "monitoring/npd/gpu-problem.json, check_gpu.{sh,py} and the collection's accelerator_health.py"
     obj = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -97,7 +84,7 @@ def npd_configmap():
         "data": {
             "gpu-problem.json": (HERE / "npd/gpu-problem.json").read_text(encoding="utf-8"),
             "check_gpu.sh": (HERE / "npd/check_gpu.sh").read_text(encoding="utf-8"),
-            "check_gpu.py": (HERE / "npd/check_gpu.py").read_text(encoding="utf-8"),
+            "check_gpu.py": npd_check_script(),
         },
     }
     return dump(obj, src)
@@ -277,8 +264,6 @@ def stack_values():
 
 
 OUTPUTS = {
-    # First: the NPD ConfigMap below carries check_gpu.py as it is on disk.
-    "npd/check_gpu.py": npd_check_script,
     "kubernetes/dcgm-exporter-counters-configmap.yaml": counters_configmap,
     "kubernetes/grafana-dashboards-configmap.yaml": dashboards_configmap,
     "kubernetes/kube-prometheus-stack-values.yaml": stack_values,

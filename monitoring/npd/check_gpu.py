@@ -14,9 +14,10 @@ line of stdout is the condition message (NPD truncates it to max_output_length).
   A GPU that NVML reports lost is a problem too.
 
 The XID policy and the health view (ok / degraded / failed, with reasons) are the ones gpu_info
-and the remediation receiver read: the block between the SHARED markers is copied from the
-collection's plugins/module_utils/accelerator_health.py by monitoring/generate.py (this script
-runs alone with the node's python3, where the collection is not). The condition GPUError is set
+and the remediation receiver read: this file is not run alone. The script NPD runs, the
+ConfigMap's check_gpu.py (monitoring/generate.py), is the collection's
+plugins/module_utils/accelerator_health.py followed by this file, because it runs with the
+node's python3, where the collection is not. The condition GPUError is set
 for a failed GPU; a degraded one (an XID in neither list) is named in the OK message.
 """
 
@@ -29,120 +30,9 @@ import sys
 
 EXIT_OK, EXIT_PROBLEM, EXIT_UNKNOWN = 0, 1, 2
 
-# BEGIN SHARED accelerator health: the source is the collection's
-# plugins/module_utils/accelerator_health.py; monitoring/generate.py copies these lines into
-# monitoring/npd/check_gpu.py (standard library only, no imports).
-OK, DEGRADED, FAILED = "ok", "degraded", "failed"
-STATES = (OK, DEGRADED, FAILED)  # from good to bad
-
-# Application XIDs (user-program faults): the NVIDIA device plugin ignores them for health.
-APPLICATION_XIDS = (13, 31, 43, 45, 68, 109)
-# XIDs that need a GPU reset, a reboot or an RMA (NVIDIA XID catalogue): 48 DBE, 63/64 row
-# remapping, 74 NVLink, 79 fallen off the bus, 92 high SBE rate, 94/95 contained / uncontained
-# ECC, 119/120 GSP, 140 unrecovered ECC.
-CRITICAL_XIDS = (48, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140)
-
-# Fault signal -> what it makes of the device. A reason names one signal.
-SIGNALS = {
-    "xid-critical": FAILED,  # an XID in the critical list
-    "xid": DEGRADED,  # an XID in neither list (or one whose code is not known)
-    "ecc-dbe": FAILED,  # uncorrectable (double-bit) ECC errors, GPU framebuffer or NPU HBM/DDR
-    "row-remap-failure": FAILED,  # a row the GPU could not remap: replace it
-    "row-remap-pending": DEGRADED,  # remapped rows wait for a GPU reset
-    "page-retirement-pending": DEGRADED,  # retired pages wait for a GPU reset
-    "gpu-lost": FAILED,  # NVML has no handle for it, or it fell off the bus
-    "gpu-unavailable": FAILED,  # the node's GPU exporter stopped answering
-    "query-failed": DEGRADED,  # a driver query failed for another reason
-    "sxid-fatal": FAILED,  # a fatal NVSwitch error
-    "sxid": DEGRADED,  # a non-fatal NVSwitch error
-    "fabric-manager-down": FAILED,  # NVSwitch present, fabric manager not running
-    "npu-warning": DEGRADED,  # npu-smi health Warning (minor)
-    "npu-alarm": FAILED,  # npu-smi health Alarm (major) or Critical
-    "npu-unknown": FAILED,  # npu-smi health UNKNOWN (device absent or not started)
-    "alert": FAILED,  # an alert a receiver is configured to act on
-}
-
-
-def worst(states):
-    """The worst of the states (ok for none)."""
-    return max(states, key=STATES.index, default=OK)
-
-
-class XidPolicy:
-    """The ignore list and the critical list of XID codes; ignore wins over critical.
-
-    ignore None: the application XIDs, less any code given in critical (listing a code as
-    critical on purpose overrides the default ignore list, not one given explicitly).
-    """
-
-    def __init__(self, ignore=None, critical=None):
-        self.critical = frozenset(CRITICAL_XIDS if critical is None else critical)
-        if ignore is None:
-            ignore = [c for c in APPLICATION_XIDS if critical is None or c not in self.critical]
-        self.ignore = frozenset(ignore)
-
-    def signal(self, code):
-        """'xid-critical', 'xid', or None for an ignored code."""
-        if code in self.ignore:
-            return None
-        return "xid-critical" if code in self.critical else "xid"
-
-    def state(self, code):
-        """ok (ignored), degraded or failed."""
-        signal = self.signal(code)
-        return OK if signal is None else SIGNALS[signal]
-
-
-class HealthView:
-    """The health of a device or a node: reasons, each with the state its signal gives.
-
-    state is the worst reason's (ok without reasons); as_dict() is {state, reasons};
-    legacy() the {ok, problems} form of gpu_info and npu_info (ok: no reason at all).
-    """
-
-    def __init__(self, reasons=()):
-        self._reasons = []  # [(state, text)], in the order found, each text once
-        for state, text in reasons:
-            self._add(state, text)
-
-    def _add(self, state, text):
-        if state not in STATES:
-            raise ValueError("unknown health state %r" % (state,))
-        if state != OK and all(text != t for _s, t in self._reasons):
-            self._reasons.append((state, text))
-
-    def add(self, signal, text):
-        """Add a reason for a fault signal (a key of SIGNALS); a text already there is not repeated."""
-        self._add(SIGNALS[signal], text)
-        return self
-
-    def extend(self, other):
-        for state, text in other.items():
-            self._add(state, text)
-        return self
-
-    def items(self):
-        return list(self._reasons)
-
-    @property
-    def state(self):
-        return worst(s for s, _t in self._reasons)
-
-    @property
-    def reasons(self):
-        return [t for _s, t in self._reasons]
-
-    def reasons_at(self, state):
-        return [t for s, t in self._reasons if s == state]
-
-    def as_dict(self):
-        return {"state": self.state, "reasons": self.reasons}
-
-    def legacy(self):
-        return {"ok": not self._reasons, "problems": self.reasons}
-
-
-# END SHARED accelerator health
+# OK, DEGRADED, FAILED, CRITICAL_XIDS, XidPolicy and HealthView come from the collection's
+# plugins/module_utils/accelerator_health.py, which the ConfigMap's check_gpu.py carries
+# ahead of this file (monitoring/generate.py): the node's python3 has no collection to import.
 
 XID_RE = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)")
 

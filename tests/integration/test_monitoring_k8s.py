@@ -678,8 +678,9 @@ def test_dcgm_exporter_uses_our_counters(deployed):
 
 def test_npd_daemonset_and_images(deployed):
     npd = get("configmap", "node-problem-detector-gpu", namespace="kube-system")
-    for name in ("check_gpu.py", "check_gpu.sh"):
-        assert npd["data"][name] == (MON / "npd" / name).read_text(), name
+    assert npd["data"]["check_gpu.sh"] == (MON / "npd" / "check_gpu.sh").read_text()
+    shipped = yaml.safe_load((MON / "kubernetes" / "npd-gpu-configmap.yaml").read_text())["data"]["check_gpu.py"]
+    assert npd["data"]["check_gpu.py"] == shipped
     assert json.loads(npd["data"]["gpu-problem.json"]) == json.loads((MON / "npd" / "gpu-problem.json").read_text())
     ds = get("daemonset", "node-problem-detector", namespace="kube-system")
     container = ds["spec"]["template"]["spec"]["containers"][0]

@@ -1,7 +1,7 @@
 """The one accelerator-facts layer (plugins/module_utils/accelerator_health.py): the XID policy and
 the health view, table-tested, and each of its readers held to it: gpu_info (nvml), npu_info, the
-Node Problem Detector GPU plugin (monitoring/npd/check_gpu.py, a generated copy of the shared
-block) and the remediation receiver (day2/ai_l1_day2, importing it from the collection)."""
+Node Problem Detector GPU plugin (its ConfigMap script: accelerator_health.py followed by
+monitoring/npd/check_gpu.py) and the remediation receiver (day2/ai_l1_day2, importing it from the collection)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from remediation_fakes import FakeExecutor, FakeNodes, alert, make_config, paylo
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE_UTILS = ROOT / "collections/ansible_collections/ai_platform/l1/plugins/module_utils"
-CHECK_GPU = ROOT / "monitoring/npd/check_gpu.py"
+NPD_CONFIGMAP = ROOT / "monitoring/kubernetes/npd-gpu-configmap.yaml"
 
 DEFAULT = ah.XidPolicy()
 
@@ -279,21 +279,18 @@ def test_missing_module_utils_names_where_it_looked():
         collection.module_utils("no_such_helper")
 
 
-# ------------------------------------------------------------------ the NPD plugin's copy
+# ------------------------------------------------------------------ the NPD plugin
 
 
-def shared_block(text):
-    lines = text.splitlines()
-    begin = next(i for i, line in enumerate(lines) if line.startswith("# BEGIN SHARED accelerator health"))
-    end = next(i for i, line in enumerate(lines) if line.startswith("# END SHARED accelerator health"))
-    return "\n".join(lines[begin:end + 1])
+def npd_script():
+    return yaml.safe_load(NPD_CONFIGMAP.read_text())["data"]["check_gpu.py"]
 
 
-def test_npd_plugin_carries_the_shared_block():
-    source = (MODULE_UTILS / "accelerator_health.py").read_text()
-    assert shared_block(CHECK_GPU.read_text()) == shared_block(source)
-    namespace = {}
-    exec(compile(shared_block(source), "shared", "exec"), namespace)  # noqa: S102 (the block needs no imports)
+def test_npd_plugin_runs_the_collection_policy():
+    script = npd_script()
+    assert script.startswith((MODULE_UTILS / "accelerator_health.py").read_text())
+    namespace = {"__name__": "not_main"}
+    exec(compile(script, "check_gpu.py", "exec"), namespace)  # noqa: S102 (main() runs only as __main__)
     assert namespace["CRITICAL_XIDS"] == ah.CRITICAL_XIDS and namespace["SIGNALS"] == ah.SIGNALS
 
 
@@ -308,6 +305,6 @@ def test_npd_plugin_carries_the_shared_block():
 def test_npd_plugin_reads_the_policy(tmp_path, log, args, rc, out):
     kern = tmp_path / "kern.log"
     kern.write_text(log)
-    proc = subprocess.run([sys.executable, str(CHECK_GPU), "--check", "xid", "--kernel-log", str(kern), *args],
-                          capture_output=True, text=True, check=False, timeout=30)
+    proc = subprocess.run([sys.executable, "-", "--check", "xid", "--kernel-log", str(kern), *args],
+                          input=npd_script(), capture_output=True, text=True, check=False, timeout=30)
     assert (proc.returncode, proc.stdout.strip()) == (rc, out), proc.stderr

@@ -14,11 +14,21 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 NPD = ROOT / "monitoring" / "npd"
-CHECK = NPD / "check_gpu.py"
+CONFIGMAP = ROOT / "monitoring" / "kubernetes" / "npd-gpu-configmap.yaml"
 WRAPPER = NPD / "check_gpu.sh"
 NVML_DIR = ROOT / "tests" / "hardware" / "nvml"
 SCENARIOS = NVML_DIR / "scenarios"
 KERN_LOG = SCENARIOS / "a100-pcie-2x-xid79.kern.log"
+# The check_gpu.py NPD runs: the generated ConfigMap's (the collection's accelerator_health.py
+# followed by monitoring/npd/check_gpu.py).
+SHIPPED = yaml.safe_load(CONFIGMAP.read_text())["data"]["check_gpu.py"]
+
+
+@pytest.fixture
+def shipped_check(tmp_path):
+    script = tmp_path / "shipped_check_gpu.py"
+    script.write_text(SHIPPED)
+    return script
 
 
 @pytest.fixture(scope="module")
@@ -31,9 +41,10 @@ def fake_nvml_dir():
 
 
 def check(lib_dir, scenario, *args, path=None):
+    """Runs the shipped script as check_gpu.sh does: on python3's stdin."""
     env = {"PATH": path or os.environ["PATH"], "LD_LIBRARY_PATH": str(lib_dir),
            "AI_L1_FAKE_NVML_SCENARIO": str(SCENARIOS / scenario)}
-    proc = subprocess.run([sys.executable, str(CHECK), *args], capture_output=True, text=True, env=env,
+    proc = subprocess.run([sys.executable, "-", *args], input=SHIPPED, capture_output=True, text=True, env=env,
                           check=False, timeout=30)
     return proc.returncode, proc.stdout.strip()
 
@@ -105,20 +116,23 @@ def test_plugin_config_and_configmap():
     # NPD runs the wrapper, which runs check_gpu.py with the node's python3 (chroot /host).
     assert Path(rule["path"]).name == WRAPPER.name
     assert int(cfg["pluginConfig"]["max_output_length"]) >= 80
-    cm = yaml.safe_load((ROOT / "monitoring" / "kubernetes" / "npd-gpu-configmap.yaml").read_text())
+    cm = yaml.safe_load(CONFIGMAP.read_text())
     assert (cm["kind"], cm["metadata"]["namespace"]) == ("ConfigMap", "kube-system")
     assert json.loads(cm["data"]["gpu-problem.json"]) == cfg
-    assert cm["data"]["check_gpu.py"] == CHECK.read_text()
+    health = (ROOT / "collections/ansible_collections/ai_platform/l1/plugins/module_utils/accelerator_health.py")
+    script = cm["data"]["check_gpu.py"]
+    assert script.startswith(health.read_text()), "the plugin must carry the collection's accelerator_health.py"
+    assert script.endswith((NPD / "check_gpu.py").read_text())
     assert cm["data"]["check_gpu.sh"] == WRAPPER.read_text()
 
 
 @pytest.mark.parametrize("kernel_log", ["", "/var/log/kern.log"])
-def test_wrapper_runs_the_check_in_the_node_root(tmp_path, fake_nvml_dir, kernel_log):
+def test_wrapper_runs_the_check_in_the_node_root(tmp_path, fake_nvml_dir, shipped_check, kernel_log):
     """check_gpu.sh with a stand-in chroot (records its arguments, then runs the command here):
     the node's python3 gets check_gpu.py on stdin, NPD's arguments and the kernel log option."""
     plugin = tmp_path / "plugin"
     plugin.mkdir()
-    shutil.copy(CHECK, plugin / "check_gpu.py")
+    shutil.copy(shipped_check, plugin / "check_gpu.py")
     wrapper = plugin / "check_gpu.sh"
     wrapper.write_text(WRAPPER.read_text().replace("/config/plugin/", f"{plugin}/"))
     wrapper.chmod(0o755)

@@ -15,9 +15,9 @@ Read by:
   view's legacy() form, {ok, problems}, as documented before the view existed;
 - npu_info: npu_chip_view, the same way;
 - the Node Problem Detector GPU plugin (monitoring/npd/check_gpu.py), which runs alone with a
-  node's python3 (no collection there): monitoring/generate.py copies the lines between the
-  SHARED markers below into it, and its --check (a unit test runs it) fails when the copy is
-  stale;
+  node's python3 (no collection there): the script in its ConfigMap is this whole file
+  followed by the plugin (monitoring/generate.py), so this file must stay standard library
+  only, with no module-level imports but __future__'s;
 - the remediation receiver (day2/ai_l1_day2/remediation/policy.py): alert_view, from the
   collection on its path (ai_l1_day2/collection.py).
 
@@ -28,9 +28,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-# BEGIN SHARED accelerator health: the source is the collection's
-# plugins/module_utils/accelerator_health.py; monitoring/generate.py copies these lines into
-# monitoring/npd/check_gpu.py (standard library only, no imports).
 OK, DEGRADED, FAILED = "ok", "degraded", "failed"
 STATES = (OK, DEGRADED, FAILED)  # from good to bad
 
@@ -141,7 +138,6 @@ class HealthView:
         return {"ok": not self._reasons, "problems": self.reasons}
 
 
-# END SHARED accelerator health
 
 # ---------------------------------------------------------------- NVIDIA (gpu_info's facts)
 
