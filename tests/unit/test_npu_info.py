@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from ansible.module_utils.testing import patch_module_args
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -124,7 +125,15 @@ def expected_facts(sc):
                   "compatibility": "OK", "pci_device_id": chip["pci_device_id"].lower(),
                   "bus_id": sc["bus_ids"][n * per_npu], "chip_count": per_npu} for n in range(sc["npu_count"])],
         "health": {"ok": not problems, "problems": problems},
+        "installed": expected_installed(sc),
     }
+
+
+def expected_installed(sc):
+    """RV(npu_info.installed) for a scenario's version files (ascend_tree writes no Docker runtime)."""
+    versions = sc.get("versions", {})
+    return {"arch": npu_info.platform.machine(), "firmware": versions.get("firmware", ""),
+            "driver": versions.get("driver", ""), "cann": versions.get("cann", ""), "docker_runtime": ""}
 
 
 SCENARIO_FACTS = [
@@ -187,7 +196,8 @@ def test_check_mode_reads_the_same(node):
 def test_npu_smi_missing_is_a_documented_absent_result(node, tmp_path):
     result = node("910b", npu_smi_path=str(tmp_path / "no-such-npu-smi"))
     assert result["_rc"] == 0 and result["changed"] is False
-    assert result["npu_info"] == npu_info.empty_result(f"npu-smi not found: {tmp_path / 'no-such-npu-smi'}")
+    assert result["npu_info"] == npu_info.empty_result(f"npu-smi not found: {tmp_path / 'no-such-npu-smi'}",
+                                                       expected_installed(load("910b")))
 
 
 def test_npu_smi_not_on_path_is_absent(node, monkeypatch, tmp_path):
@@ -255,6 +265,51 @@ def test_version_files_missing_fall_back_to_npu_smi(node):
     assert info["driver_version"] == "23.0.rc1"  # the npu-smi header's Version
     assert info["firmware_version"] == "7.0.0.5.242"  # the board's Firmware Version
     assert info["cann_version"] == ""
+    # installed says what the files say, never what npu-smi says: nothing here.
+    assert info["installed"] == {"arch": npu_info.platform.machine(), "firmware": "", "driver": "", "cann": "",
+                                 "docker_runtime": ""}
+
+
+def test_versions_only_reads_the_files_and_runs_no_npu_smi(node, tmp_path):
+    """The installer's preflight: the version files alone, even where npu-smi would fail."""
+    root = tmp_path / "Ascend"
+    (root / "Ascend-Docker-Runtime").mkdir(parents=True)
+    (root / "Ascend-Docker-Runtime" / "version.info").write_text("Version=5.0.RC3\n")
+    # An npu-smi that fails loudly: versions_only must not start it.
+    broken = tmp_path / "npu-smi"
+    broken.write_text("#!/bin/sh\necho 'dcmi model initialized failed' >&2\nexit 255\n")
+    broken.chmod(0o755)
+    result = node("910b", npu_smi_path=str(broken), versions_only=True)
+    assert result["_rc"] == 0 and result["changed"] is False
+    expected = dict(expected_installed(load("910b")), docker_runtime="5.0.RC3")
+    assert result["npu_info"] == npu_info.empty_result("npu-smi not run (versions_only)", expected)
+    assert result["npu_info"]["present"] is False
+
+
+def test_versions_only_on_a_fresh_node_is_all_empty(node, tmp_path):
+    result = node("910b", versions=False, versions_only=True, check_mode=True)
+    assert result["_rc"] == 0 and result["changed"] is False
+    assert result["npu_info"]["installed"] == {"arch": npu_info.platform.machine(), "firmware": "", "driver": "",
+                                               "cann": "", "docker_runtime": ""}
+
+
+def test_installed_toolkit_under_the_cann_8_5_layout(tmp_path):
+    """A CANN 8.5 install (<root>/cann/<arch>-linux) counts as installed, so preflight upgrades it."""
+    root = tmp_path / "Ascend"
+    info = root / "cann" / f"{npu_info.platform.machine()}-linux" / "ascend_toolkit_install.info"
+    info.parent.mkdir(parents=True)
+    info.write_text("package_name=Ascend-cann-toolkit\nversion=8.5.0\n")
+    assert npu_info.installed_versions(str(root))["cann"] == "8.5.0"
+
+
+def test_documented_options_match_the_argument_spec():
+    """DOCUMENTATION's options and RV(npu_info.installed) keys match the code."""
+    doc = yaml.safe_load(npu_info.DOCUMENTATION)
+    assert set(doc["options"]) == {"npu_smi_path", "ascend_root", "timeout", "versions_only"}
+    assert doc["options"]["versions_only"] == {**doc["options"]["versions_only"], "type": "bool", "default": False}
+    ret = yaml.safe_load(npu_info.RETURN)["npu_info"]["contains"]
+    assert set(ret) == set(npu_info.empty_result(""))
+    assert set(ret["installed"]["contains"]) == set(npu_info.empty_result("")["installed"])
 
 
 def test_cann_under_new_layout_and_other_arch(tmp_path):

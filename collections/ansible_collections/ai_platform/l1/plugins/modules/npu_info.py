@@ -14,8 +14,9 @@ description:
   - Runs C(npu-smi info), C(npu-smi info -l), C(npu-smi info -m), C(npu-smi info -t topo) and,
     for every NPU, C(npu-smi info -t board|ecc|usages -i N); for every chip whose health is not
     C(OK) it also runs C(npu-smi info -t health -i N -c C) to read the error codes.
-  - Reads the driver, firmware and CANN toolkit versions from the version files under
-    O(ascend_root).
+  - Reads the driver, firmware, CANN toolkit and Ascend Docker Runtime versions from the version
+    files under O(ascend_root) (RV(npu_info.installed)); with O(versions_only=true) it reads only
+    those and runs no npu-smi, which works on a node whose driver is missing or broken.
   - Reports chip model, NPU and chip counts, HBM per chip, health and error codes, ECC counters
     and the HCCS topology class of the node.
   - On a node without C(npu-smi) it returns RV(npu_info.present=false) with a reason instead of
@@ -38,6 +39,14 @@ options:
       - Seconds one npu-smi command may take before the module gives up on it.
     type: int
     default: 60
+  versions_only:
+    description:
+      - Read only the version files (RV(npu_info.installed)) and run no npu-smi. RV(npu_info.present)
+        is then false with the reason saying so, and the device facts are empty.
+      - For an installer's preflight, where npu-smi may be missing, or present but failing because
+        the driver is half-installed.
+    type: bool
+    default: false
 extends_documentation_fragment:
   - ai_platform.l1.attributes.info_module
 notes:
@@ -63,6 +72,15 @@ EXAMPLES = r'''
     that: npu.npu_info.health.ok
     fail_msg: "{{ npu.npu_info.health.problems | join('; ') }}"
   when: npu.npu_info.present
+
+- name: Read the installed Ascend versions only (no npu-smi)
+  ai_platform.l1.npu_info:
+    versions_only: true
+  register: npu_versions
+
+- name: Decide whether the driver installer runs with --full or --upgrade
+  ansible.builtin.debug:
+    msg: "{{ '--upgrade' if npu_versions.npu_info.installed.driver else '--full' }}"
 '''
 
 RETURN = r'''
@@ -84,6 +102,34 @@ npu_info:
       description: Version npu-smi prints in its table header.
       type: str
       sample: "23.0.rc1"
+    installed:
+      description:
+        - The versions in the version files under O(ascend_root) alone, without falling back on what
+          npu-smi reports; an empty string when a file or its key is missing (the package is not
+          installed). Read also when npu-smi is missing or not run (O(versions_only=true)).
+      type: dict
+      contains:
+        arch:
+          description: The machine architecture (C(uname -m)) the installers are chosen for.
+          type: str
+          sample: "aarch64"
+        firmware:
+          description: C(Version=) of C(firmware/version.info).
+          type: str
+          sample: "7.0.0.5.242"
+        driver:
+          description: C(Version=) of C(driver/version.info).
+          type: str
+          sample: "23.0.rc1"
+        cann:
+          description: C(version=) of the CANN toolkit's C(ascend_toolkit_install.info), found as for
+            RV(npu_info.cann_version).
+          type: str
+          sample: "7.0.0"
+        docker_runtime:
+          description: C(Version=) of C(Ascend-Docker-Runtime/version.info).
+          type: str
+          sample: "5.0.RC3"
     driver_version:
       description: C(Version=) of C(driver/version.info); the npu-smi header version when the file is missing.
       type: str
@@ -175,13 +221,14 @@ from ansible_collections.ai_platform.l1.plugins.module_utils.accelerator_health 
 SEARCH_DIRS = ['/usr/local/bin', '/usr/local/sbin', '/usr/bin', '/usr/sbin']
 
 
-def empty_result(reason):
+def empty_result(reason, installed=None):
     return {
         'present': False, 'reason': reason, 'npu_smi_version': '', 'driver_version': '',
         'firmware_version': '', 'cann_version': '', 'chip_name': '', 'chip_model': '',
         'npu_count': 0, 'chip_count': 0, 'chips_per_npu': 0, 'hbm_total_mb': 0,
         'topology': '', 'topology_links': {}, 'chips': [], 'npus': [],
         'health': {'ok': True, 'problems': []},
+        'installed': installed or {'arch': '', 'firmware': '', 'driver': '', 'cann': '', 'docker_runtime': ''},
     }
 
 
@@ -216,6 +263,17 @@ def cann_version(root):
         if version:
             return version
     return ''
+
+
+def installed_versions(root):
+    """What the version files under root say is installed, with no npu-smi fallback."""
+    return {
+        'arch': platform.machine(),
+        'firmware': read_key(os.path.join(root, 'firmware', 'version.info'), 'Version'),
+        'driver': read_key(os.path.join(root, 'driver', 'version.info'), 'Version'),
+        'cann': cann_version(root),
+        'docker_runtime': read_key(os.path.join(root, 'Ascend-Docker-Runtime', 'version.info'), 'Version'),
+    }
 
 
 class NpuSmi(object):
@@ -263,7 +321,7 @@ def per_npu_facts(smi, listing):
     return npus, ecc, usages
 
 
-def discover(module, smi, ascend_root):
+def discover(module, smi, ascend_root, installed):
     table = smi.info(npu_smi.parse_info_table)
     listing = smi.info(npu_smi.parse_list, list=True)
     mapping = smi.info(npu_smi.parse_map, map=True)
@@ -316,15 +374,13 @@ def discover(module, smi, ascend_root):
 
     node_hbm = min(c['hbm_total_mb'] for c in chips)
     chips_per_npu = max(len([c for c in compute if c['npu_id'] == n['npu_id']]) for n in listing['npus'])
-    firmware = read_key(os.path.join(ascend_root, 'firmware', 'version.info'), 'Version')
-    result = empty_result('')
+    result = empty_result('', installed)
     result.update({
         'present': True,
         'npu_smi_version': table['npu_smi_version'],
-        'driver_version': read_key(os.path.join(ascend_root, 'driver', 'version.info'), 'Version')
-        or table['version'],
-        'firmware_version': firmware or (npus[0]['firmware_version'] if npus else ''),
-        'cann_version': cann_version(ascend_root),
+        'driver_version': installed['driver'] or table['version'],
+        'firmware_version': installed['firmware'] or (npus[0]['firmware_version'] if npus else ''),
+        'cann_version': installed['cann'],
         'chip_name': compute[0]['chip_name'],
         # The device id and HBM size tell a first-generation 910 from a 910B of the same name.
         'chip_model': npu_smi.chip_family(compute[0]['chip_name'], chips_per_npu,
@@ -348,9 +404,13 @@ def main():
             npu_smi_path=dict(type='str', default='npu-smi'),
             ascend_root=dict(type='path', default='/usr/local/Ascend'),
             timeout=dict(type='int', default=60),
+            versions_only=dict(type='bool', default=False),
         ),
         supports_check_mode=True,
     )
+    installed = installed_versions(module.params['ascend_root'])
+    if module.params['versions_only']:
+        module.exit_json(changed=False, npu_info=empty_result('npu-smi not run (versions_only)', installed))
     name = module.params['npu_smi_path']
     if '/' in name:
         path = name if os.path.isfile(name) and os.access(name, os.X_OK) else None
@@ -359,9 +419,9 @@ def main():
         path = device_io.which(module, name, SEARCH_DIRS)
         where = '%s in PATH or %s' % (name, ', '.join(SEARCH_DIRS))
     if not path:
-        module.exit_json(changed=False, npu_info=empty_result('npu-smi not found: %s' % where))
+        module.exit_json(changed=False, npu_info=empty_result('npu-smi not found: %s' % where, installed))
     smi = NpuSmi(module, path, module.params['timeout'])
-    module.exit_json(changed=False, npu_info=discover(module, smi, module.params['ascend_root']))
+    module.exit_json(changed=False, npu_info=discover(module, smi, module.params['ascend_root'], installed))
 
 
 if __name__ == '__main__':
