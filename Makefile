@@ -20,9 +20,11 @@ lab: bootstrap lab-supplies lab-artifacts
 	python lab/labctl.py up
 	ansible-playbook -i inventories/lab/hosts.yml playbooks/site.yml
 
-# Controller-side files the lab rollout copies to nodes (nodes cannot reach PyPI).
+# Controller-side files the lab rollout copies to nodes: none. The upstream files the lab does not
+# build (artifacts/manifest.yml's pure-Python wheels, nvidia-ml-py included) are downloaded into
+# /var/cache/ai-l1/wheels, sha256 verified, and served by lab/mirror/mirror.py up (lab-artifacts).
 lab-supplies: bootstrap
-	python -m pip download -q --no-deps --only-binary=:all: -d /var/cache/ai-l1/wheels nvidia-ml-py==13.615.71
+	@:
 
 # The air-gapped supply chain: Kubernetes, etcd, CoreDNS, CNI built from Go modules (cached
 # under /var/cache/ai-l1; about 25 min cold, seconds warm), the NVIDIA vendor APT repositories

@@ -44,7 +44,8 @@ OVERLAY = ROOT / "lab-overlay.yml"
 STATE = ROOT / "pushed.json"
 BUILD_RECORD = CACHE / "k8s" / "lab-build.json"
 # Upstream files the lab does not build (manifest artifacts with an upstream checksum, such as
-# pure-Python wheels): downloaded once from upstream (or put there by `make lab-supplies`).
+# pure-Python wheels): downloaded once from upstream (or copied there by hand, for a host that
+# cannot reach upstream; the manifest's checksum is verified either way).
 SUPPLIES = CACHE / "wheels"
 HOST = os.environ.get("AI_L1_MIRROR_HOST", "10.89.100.1")
 LISTEN = os.environ.get("AI_L1_MIRROR_LISTEN", "0.0.0.0")

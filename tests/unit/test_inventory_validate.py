@@ -347,8 +347,25 @@ def test_schema_covers_every_role_site_runs_with_what_the_playbooks_set():
         assert entries[role].set_by_playbook == names, role
 
 
+def _internal_roles():
+    """Roles that only other roles and playbooks include, with arguments from their own variables (safe_reboot,
+    kubeadm_join): their argument specs say 'Internal.'; the inventory never sets their variables."""
+    return sorted(p.parents[1].name for p in (ROOT / 'roles').glob('*/meta/argument_specs.yml')
+                  if str((yaml.safe_load(p.read_text())['argument_specs'].get('main') or {})
+                         .get('short_description', '')).startswith('Internal.'))
+
+
+def test_internal_roles_are_not_inventory_roles():
+    schema = yaml.safe_load((ROOT / 'playbooks/vars/inventory_schema.yml').read_text())['inventory_schema']
+    internal = _internal_roles()
+    assert {'safe_reboot', 'kubeadm_join'} <= set(internal)
+    assert not set(internal) & set(schema['role_argument_specs'])
+    assert not set(internal) & set(_role_uses(ROOT / 'playbooks/site.yml'))
+
+
 def _day2_role_uses():
-    """role -> one set per use (roles: entry or include_role, any tasks_from) of the vars a day-2 playbook passes."""
+    """role -> one set per use (roles: entry or include_role, any tasks_from) of the vars a day-2 playbook passes
+    (internal roles left out: the playbook passes them its own variables)."""
     uses = {}
     for playbook in sorted((ROOT / 'playbooks/day2').glob('*.yml')):
         for play in yaml.safe_load(playbook.read_text()):
@@ -360,7 +377,7 @@ def _day2_role_uses():
                 task = stack.pop()
                 stack.extend(t for key in ('block', 'rescue', 'always') for t in task.get(key) or [])
                 include = task.get('ansible.builtin.include_role') or task.get('ansible.builtin.import_role')
-                if include:
+                if include and include['name'] not in _internal_roles():
                     uses.setdefault(include['name'], []).append(set(task.get('vars') or {}))
     return uses
 

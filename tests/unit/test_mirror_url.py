@@ -169,45 +169,44 @@ def test_a_files_base_with_a_fragment_is_refused():
 SCHEME = "regex_replace('^[A-Za-z][A-Za-z0-9+.-]*://', '')"
 # role variable -> (vars file, the expression it had before, the variables it reads)
 OLD = {
-    'node_labels_pynvml_fetch_url': (
-        'roles/node_labels/vars/main.yml',
-        "{{ (node_labels_files_mirror | regex_replace('/+$', '') ~ '/' ~ (node_labels_pynvml_url | trim | "
-        + SCHEME + ")) if node_labels_files_mirror else node_labels_pynvml_url | trim }}",
-        ('node_labels_files_mirror', 'node_labels_pynvml_url')),
-    'nvidia_driver__repo_url': (
-        'roles/nvidia_driver/vars/main.yml',
-        "{{ (nvidia_driver_files_mirror | regex_replace('/+$', '') ~ '/' ~ (nvidia_driver_repo_url | " + SCHEME
-        + ")) if nvidia_driver_files_mirror else nvidia_driver_repo_url }}",
-        ('nvidia_driver_files_mirror', 'nvidia_driver_repo_url')),
-    'nvidia_driver__repo_key_url': (
-        'roles/nvidia_driver/vars/main.yml',
-        "{{ (nvidia_driver_files_mirror | regex_replace('/+$', '') ~ '/' ~ (nvidia_driver_repo_key_url | "
-        + SCHEME + ")) if nvidia_driver_files_mirror else nvidia_driver_repo_key_url }}",
-        ('nvidia_driver_files_mirror', 'nvidia_driver_repo_key_url')),
     'nvidia_driver__runfile_url': (
         'roles/nvidia_driver/vars/main.yml',
         "{{ (nvidia_driver_files_mirror | regex_replace('/+$', '') ~ '/' ~ (nvidia_driver_runfile_url | trim | "
         + SCHEME + ")) if nvidia_driver_files_mirror else nvidia_driver_runfile_url | trim }}",
         ('nvidia_driver_files_mirror', 'nvidia_driver_runfile_url')),
-    'nvidia_container_toolkit__repo_url': (
-        'roles/nvidia_container_toolkit/vars/main.yml',
-        "{{ (nvidia_container_toolkit_files_mirror | regex_replace('/+$', '') ~ '/' ~ "
-        "(nvidia_container_toolkit_repo_url | " + SCHEME + ")) if nvidia_container_toolkit_files_mirror "
-        "else nvidia_container_toolkit_repo_url }}",
-        ('nvidia_container_toolkit_files_mirror', 'nvidia_container_toolkit_repo_url')),
-    'nvidia_container_toolkit__repo_key_url': (
-        'roles/nvidia_container_toolkit/vars/main.yml',
-        "{{ (nvidia_container_toolkit_files_mirror | regex_replace('/+$', '') ~ '/' ~ "
-        "(nvidia_container_toolkit_repo_key_url | " + SCHEME + ")) if nvidia_container_toolkit_files_mirror "
-        "else nvidia_container_toolkit_repo_key_url }}",
-        ('nvidia_container_toolkit_files_mirror', 'nvidia_container_toolkit_repo_key_url')),
+    # nvidia_driver's and nvidia_container_toolkit's repository and key URLs: the role they share now.
+    'vendor_apt_repo__url': (
+        'roles/vendor_apt_repo/vars/main.yml',
+        "{{ (vendor_apt_repo_files_mirror | regex_replace('/+$', '') ~ '/' ~ (vendor_apt_repo_url | " + SCHEME
+        + ")) if vendor_apt_repo_files_mirror else vendor_apt_repo_url }}",
+        ('vendor_apt_repo_files_mirror', 'vendor_apt_repo_url')),
+    'vendor_apt_repo__key_url': (
+        'roles/vendor_apt_repo/vars/main.yml',
+        "{{ (vendor_apt_repo_files_mirror | regex_replace('/+$', '') ~ '/' ~ (vendor_apt_repo_key_url | "
+        + SCHEME + ")) if vendor_apt_repo_files_mirror else vendor_apt_repo_key_url }}",
+        ('vendor_apt_repo_files_mirror', 'vendor_apt_repo_key_url')),
+}
+# The shared role's URLs have no default: the defaults of the roles that pass them.
+PASSED = {
+    'vendor_apt_repo_url': [('roles/nvidia_driver/defaults/main.yml', 'nvidia_driver_repo_url'),
+                            ('roles/nvidia_container_toolkit/defaults/main.yml', 'nvidia_container_toolkit_repo_url')],
+    'vendor_apt_repo_key_url': [('roles/nvidia_driver/defaults/main.yml', 'nvidia_driver_repo_key_url'),
+                                ('roles/nvidia_container_toolkit/defaults/main.yml',
+                                 'nvidia_container_toolkit_repo_key_url')],
 }
 MIRRORS = ['', 'http://10.89.100.1:8080', 'http://10.88.0.1:8080/', 'https://mirror.dc1.example.com:8443/files//',
            'file:///srv/mirror']
 URLS = [NV, NV + '3bf863cc.pub', 'https://nvidia.github.io/libnvidia-container/stable/deb/amd64/',
         '  https://us.download.nvidia.com/tesla/550.54.15/NVIDIA-Linux-x86_64-550.54.15.run\n',
-        'https://files.pythonhosted.org:443/packages/ab/cd/nvidia_ml_py-13.615.71-py3-none-any.whl?x=1',
+        'https://files.pythonhosted.org:443/packages/ab/cd/example-1.0-py3-none-any.whl?x=1',
         'ftp://files.example.com/pub/']
+
+
+def _default_urls(path, url_var):
+    """The role's default URL, or the defaults of the roles that pass a shared role's URL."""
+    if url_var in PASSED:
+        return [yaml.safe_load((ROOT / f).read_text())[name] for f, name in PASSED[url_var]]
+    return [yaml.safe_load((ROOT / path.replace('/vars/', '/defaults/')).read_text())[url_var]]
 
 
 def _render(expression, variables):
@@ -222,9 +221,8 @@ def test_roles_render_the_same_urls_through_the_filter(name):
     path, old, (mirror_var, url_var) = OLD[name]
     new = yaml.safe_load((ROOT / path).read_text())[name]
     assert 'ai_platform.l1.mirror_url' in new and 'regex_replace' not in new
-    defaults = yaml.safe_load((ROOT / path.replace('/vars/', '/defaults/')).read_text())
     for files_mirror in MIRRORS:
-        for url in [*URLS, defaults[url_var]]:
+        for url in [*URLS, *_default_urls(path, url_var)]:
             variables = {mirror_var: files_mirror, url_var: url}
             try:
                 got = _render(new, variables)
@@ -252,10 +250,11 @@ def test_ansible_renders_the_roles_urls_through_the_filter(tmp_path):
         'vars_files': [str(ROOT / f.replace('/vars/', '/defaults/')) for f in files] + [str(ROOT / f) for f in files],
         'tasks': [{'name': 'render', 'ansible.builtin.debug': {'msg': {n: '{{ %s }}' % n for n in names}}}]}]))
     mirrors = {OLD[name][2][0]: 'http://10.89.100.1:8080/' for name in names}
+    passed = {url_var: _default_urls('', url_var)[0] for url_var in PASSED}  # as nvidia_driver passes them
     env = {**os.environ, 'ANSIBLE_CONFIG': str(ROOT / 'ansible.cfg'), 'ANSIBLE_STDOUT_CALLBACK': 'ansible.posix.json',
            'ANSIBLE_CALLBACKS_ENABLED': 'ansible.posix.json', 'ANSIBLE_LOCALHOST_WARNING': '0'}
     proc = subprocess.run([str(Path(sys.executable).parent / 'ansible-playbook'), str(playbook), '-i', 'localhost,',
-                           '-e', json.dumps(mirrors)], cwd=ROOT, env=env, capture_output=True, text=True,
+                           '-e', json.dumps({**mirrors, **passed})], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=120, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     [result] = json.loads(proc.stdout)['plays'][0]['tasks'][0]['hosts'].values()
@@ -264,6 +263,7 @@ def test_ansible_renders_the_roles_urls_through_the_filter(tmp_path):
         defaults.update(yaml.safe_load((ROOT / f.replace('/vars/', '/defaults/')).read_text()))
     for name in names:
         _path, old, (mirror_var, url_var) = OLD[name]
-        url = _render(defaults[url_var], defaults)  # a default may itself be a template (the runfile's)
+        # A default may itself be a template (the runfile's).
+        url = passed[url_var] if url_var in passed else _render(defaults[url_var], defaults)
         assert result['msg'][name] == _render(old, {mirror_var: mirrors[mirror_var], url_var: url}), name
         assert result['msg'][name].startswith('http://10.89.100.1:8080/'), name

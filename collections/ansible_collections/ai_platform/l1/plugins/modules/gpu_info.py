@@ -72,7 +72,8 @@ options:
 extends_documentation_fragment:
   - ai_platform.l1.attributes.info_module
 requirements:
-  - nvidia-ml-py (the C(pynvml) module) on the managed node
+  - nvidia-ml-py (the C(pynvml) module) importable by the managed node's Python (this project's C(python_wheels)
+    role unpacks the artifact manifest's wheel into its site-packages)
   - the NVIDIA driver's C(libnvidia-ml.so.1) for RV(gpu_info.present=true)
 notes:
   - "Topology classes: C(single) one GPU; C(nvswitch) an active NVLink ends at an NVSwitch;
