@@ -72,11 +72,11 @@ def npd_check_script():
     It runs alone with a node's python3, where no collection can be imported."""
     health = ACCELERATOR_HEALTH.read_text(encoding="utf-8")
     plugin = (HERE / "npd/check_gpu.py").read_text(encoding="utf-8")
-    return f"{health}\n\n# ---- monitoring/npd/check_gpu.py\n{plugin}"
+    return f"{health.rstrip()}\n\n\n# ---- monitoring/npd/check_gpu.py\n{plugin}"
 
 
 def npd_configmap():
-    src = "monitoring/npd/gpu-problem.json, check_gpu.{sh,py} and the collection's accelerator_health.py"
+    src = "monitoring/npd/{gpu-problem.json,check_gpu.sh,check_gpu.py}, accelerator_health.py"
     obj = {
         "apiVersion": "v1",
         "kind": "ConfigMap",

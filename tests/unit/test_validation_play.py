@@ -103,6 +103,13 @@ CASES = {
     'placeholder_secret': [
         'group k8s_control_plane: k8s_control_plane_vrrp_password is a placeholder, not a secret: set a real one '
         '(keep it in Ansible Vault)'],
+    'rollout_misplaced': [
+        "group all: rollout_batch_size is 10 here, but the plays read '100%': play keywords cannot see host "
+        "variables, so set rollout_batch_size in the inventory's group_vars/all/rollout.yml and nowhere else "
+        "(playbooks/vars/rollout.yml)"],
+    'rollout_bad_values': [
+        "group all: rollout_batch_size must match ^([1-9][0-9]*|([1-9]|[1-9][0-9]|100)%)$ (got '0%')",
+        'group all: rollout_max_fail_percentage must be <= 100 (got 150)'],
     'several_mistakes': [
         'group k8s_control_plane: must have 1, 3, 5 or 7 hosts (has 4: cp1, cp2, cp3, cp4)',
         "group all: k8s_service_cidr must be a CIDR with a prefix length such as 10.244.0.0/16 (got '10.96.0.0')",

@@ -295,6 +295,21 @@ def check_membership(groups, exclusive_groups, member_of):
     return found
 
 
+def check_play_level(groups, hostvars, play_level):
+    """Variables that play keywords read (serial, max_fail_percentage): the plays see only the value
+    of the file they load (``play_level`` maps each name to it), so a host whose inventory value
+    differs was given it where no play reads it."""
+    found = []
+    for name, seen in sorted(play_level.items()):
+        for host in _all_hosts(groups):
+            value = _get(hostvars, host, name)
+            if value is not UNDEFINED and value != seen:
+                found.append((host, f'{name} is {show(value)} here, but the plays read {show(seen)}: play keywords '
+                                    f"cannot see host variables, so set {name} in the inventory's "
+                                    'group_vars/all/rollout.yml and nowhere else (playbooks/vars/rollout.yml)', 'all'))
+    return found
+
+
 def check_unique(groups, hostvars, unique_vars):
     found = []
     for name in unique_vars:
@@ -607,7 +622,7 @@ def fold(found, groups):
 
 def validate_inventory(groups, hostvars, *, required_groups=(), group_sizes=None, exclusive_groups=(), member_of=None,
                        unique_vars=(), rules=None, disjoint_cidrs=(), role_specs=None, inventories=(),
-                       refuse_unread=False, not_inventory=(), referenced=()):
+                       refuse_unread=False, not_inventory=(), referenced=(), play_level=None):
     """Every problem found, one line each; an empty list means the inventory is valid.
 
     ``hostvars`` maps host -> mapping of that host's (templated on access) variables.
@@ -615,6 +630,7 @@ def validate_inventory(groups, hostvars, *, required_groups=(), group_sizes=None
     ``refuse_unread``: refuse variables nothing reads (check_unread); ``not_inventory`` names
     variables that are not the inventory's (the run's extra variables); ``referenced`` names
     those the inventory's own templates read (template_references of the raw values).
+    ``play_level`` maps the variables play keywords read to the value the plays see (check_play_level).
     """
     rules = rules or {}
     schema_errors = check_rules(rules)
@@ -623,6 +639,7 @@ def validate_inventory(groups, hostvars, *, required_groups=(), group_sizes=None
     found += check_groups(groups, required_groups, group_sizes or {})
     found += check_membership(groups, exclusive_groups, member_of or {})
     found += check_unique(groups, hostvars, unique_vars)
+    found += check_play_level(groups, hostvars, play_level or {})
     found += check_vars(groups, hostvars, rules)
     found += check_distinct(groups, hostvars, rules)
     found += check_disjoint(groups, hostvars, disjoint_cidrs)
@@ -739,6 +756,7 @@ ARGUMENT_SPEC = {
     'disjoint_cidrs': {'type': 'list', 'elements': 'list', 'default': []},
     'role_argument_specs': {'type': 'dict', 'default': {}},
     'roles_path': {'type': 'list', 'elements': 'path'},
+    'play_level_vars': {'type': 'dict', 'default': {}},
 }
 
 
@@ -805,6 +823,7 @@ class ActionModule(ActionBase):
             # -e values are the caller's, not the inventory's; Ansible merges them into every host.
             not_inventory=frozenset(load_extra_vars(self._loader)),
             referenced=self._referenced(task_vars.get('hostvars'), hosts),
+            play_level=args['play_level_vars'],
         )
         result.update(changed=False, errors=errors, checked_hosts=len(hosts))
         if errors:

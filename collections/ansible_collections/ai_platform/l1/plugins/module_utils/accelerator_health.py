@@ -138,7 +138,6 @@ class HealthView:
         return {"ok": not self._reasons, "problems": self.reasons}
 
 
-
 # ---------------------------------------------------------------- NVIDIA (gpu_info's facts)
 
 

@@ -114,6 +114,14 @@ options:
       - Defaults to the playbook directory's C(roles/) and then the configured roles path.
     type: list
     elements: path
+  play_level_vars:
+    description:
+      - Variable name to the value the plays see, for variables that play keywords read (C(serial),
+        C(max_fail_percentage)). Play keywords cannot see host variables, so the plays load one file
+        of the inventory themselves; a host whose inventory value differs was given it somewhere
+        the plays do not read, and is reported.
+    type: dict
+    default: {}
 extends_documentation_fragment:
   - action_common_attributes
   - action_common_attributes.conn

@@ -1,0 +1,95 @@
+"""Rollout batches from the inventory (playbooks/vars/rollout.yml): the host layers' plays take
+`serial` and `max_fail_percentage` from the inventory's group_vars/all/rollout.yml, and a batch
+with too many failures stops the run before the next batch is touched.
+
+The behaviour is shown with the real playbooks/os_baseline.yml against hosts that refuse every
+connection (127.0.0.x, port 1): each attempted host is unreachable at once, so the JSON report
+says exactly which hosts each batch touched.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from test_validation_play import ROOT, run_playbook
+
+PLAYBOOKS = ROOT / "playbooks"
+# Plays that run host by host on the fleet: batched. The control plane joins one at a time by
+# itself (throttle) and the pod network's plays wait for every node: not batched.
+BATCHED = {
+    "os_baseline.yml": ["OS baseline"],
+    "rdma.yml": ["RDMA network"],
+    "kubernetes.yml": ["Container runtime and node binaries", "Workers"],
+    "nvidia.yml": ["NVIDIA driver, container toolkit and DCGM"],
+    "ascend.yml": ["Ascend firmware, driver and CANN"],
+    "node_labels.yml": ["Accelerator node labels"],
+}
+INVENTORY_FILE = ("{{ ansible_inventory_sources[0] if ansible_inventory_sources[0] is directory "
+                  "else ansible_inventory_sources[0] | dirname }}/group_vars/all/rollout.yml")
+HOSTS = ["cp1", "cp2", "cp3", "gpu1", "gpu2", "npu1"]
+
+
+@pytest.mark.parametrize("playbook", sorted(BATCHED))
+def test_host_layers_read_the_inventory_batches(playbook):
+    plays = {p["name"]: p for p in yaml.safe_load((PLAYBOOKS / playbook).read_text())}
+    for name, play in plays.items():
+        if name not in BATCHED[playbook]:
+            assert "serial" not in play, f"{playbook}: {name} is batched but not listed here"
+            continue
+        assert play["serial"] == "{{ rollout_batch_size }}", name
+        assert play["max_fail_percentage"] == "{{ rollout_max_fail_percentage }}", name
+        assert play["vars_files"] == ["vars/rollout.yml", [INVENTORY_FILE, "vars/rollout.yml"]], name
+
+
+def test_validation_play_sees_what_the_layers_see():
+    (play,) = yaml.safe_load((PLAYBOOKS / "validate.yml").read_text())
+    assert play["vars_files"][1:] == ["vars/rollout.yml", [INVENTORY_FILE, "vars/rollout.yml"]]
+    args = play["tasks"][0]["ai_platform.l1.inventory_validate"]
+    assert args["play_level_vars"] == {"rollout_batch_size": "{{ rollout_batch_size }}",
+                                       "rollout_max_fail_percentage": "{{ rollout_max_fail_percentage }}"}
+
+
+def refusing_inventory(tmp_path: Path, rollout: dict | None) -> Path:
+    """The lab's groups on loopback addresses whose port 1 refuses the SSH connection."""
+    addresses = {host: f"127.0.0.{10 + i}" for i, host in enumerate(HOSTS)}
+    inventory = {"all": {
+        "vars": {"ansible_port": 1, "ansible_connection": "ssh"},
+        "children": {
+            "k8s_control_plane": {"hosts": {h: {"ansible_host": addresses[h]} for h in HOSTS[:3]}},
+            "k8s_worker": {"children": {
+                "gpu_nvidia": {"hosts": {h: {"ansible_host": addresses[h]} for h in HOSTS[3:5]}},
+                "npu_ascend": {"hosts": {"npu1": {"ansible_host": addresses["npu1"]}}},
+            }},
+        },
+    }}
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
+    if rollout is not None:
+        (tmp_path / "group_vars" / "all").mkdir(parents=True)
+        (tmp_path / "group_vars" / "all" / "rollout.yml").write_text(yaml.safe_dump(rollout))
+    return tmp_path
+
+
+def touched_per_play(report):
+    """Hosts with a result in each play that started (one play per batch)."""
+    return [sorted({h for task in play["tasks"] for h in task["hosts"]}) for play in report["plays"]]
+
+
+@pytest.mark.parametrize(("rollout", "batches"), [
+    # A batch of one that fails (unreachable counts) is over a 0 % ceiling: the run stops there.
+    ({"rollout_batch_size": 1, "rollout_max_fail_percentage": 0}, [["cp1"]]),
+    # Batches of two: the first one fails whole, which always stops the play.
+    ({"rollout_batch_size": 2}, [["cp1", "cp2"]]),
+    # The defaults: one batch of every host; all are tried.
+    (None, [HOSTS]),
+])
+def test_a_failed_batch_stops_the_run_before_the_next(tmp_path, rollout, batches):
+    inventory = refusing_inventory(tmp_path, rollout)
+    proc, report = run_playbook("playbooks/os_baseline.yml", inventory / "hosts.yml")
+    assert report is not None, proc.stdout + proc.stderr
+    assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr  # 4: hosts unreachable
+    assert touched_per_play(report) == batches
+    stats = report["stats"]
+    assert sorted(stats) == sorted(h for batch in batches for h in batch)  # the others never started
+    assert all(s["unreachable"] == 1 for s in stats.values())
