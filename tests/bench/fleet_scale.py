@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Fleet benchmark (issue 17): what the host layers of site.yml cost as the fleet grows.
+
+    python tests/bench/fleet_scale.py [--sizes 6,12,24] [--strategy linear|mitogen_linear] [--keep]
+
+For each N: N lab nodes of the A100 profile (containers `ai-l1-fleet-fgpuNN` on the lab's network
+`ai-l1-lab`, addresses 10.89.100.101 and up, beside the 6-node lab: run `make lab` first, the lab's
+file mirror and registry serve them), then the host layers of playbooks/site.yml on them
+(`--tags baseline,rdma,nvidia --limit gpu_nvidia`: the OS baseline, RDMA, the NVIDIA driver,
+container toolkit and DCGM), then the same command again (a no-op run: changed must be 0).
+Printed per N and run: wall time, controller CPU (user+sys of ansible-playbook and its
+children), tasks, host-task results, changed; then the per-added-node slope of each between the
+smallest and the largest N. No assertion: the figures are printed (and written with --json).
+
+Not measured here: the Kubernetes join and the labels layer, which need the nodes to join the
+lab's control planes (a 2-core machine holds the 6-node cluster, not 24 more kubelets); their
+API side at 1,000 Nodes is tests/bench/node_metadata_bench.py and the kwok figures.
+The strategy: `linear` is Ansible's; `mitogen_linear` needs `mitogen` (requirements.txt) and is
+found through ANSIBLE_STRATEGY_PLUGINS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+LAB_INVENTORY = ROOT / "inventories" / "lab"
+LABCTL = [sys.executable, str(ROOT / "lab" / "labctl.py")]
+PREFIX = "fgpu"
+FIRST_IP = 101
+TAGS = "baseline,rdma,nvidia"
+
+
+def fleet_spec(n: int) -> dict:
+    return {"lab_name": "ai-l1-fleet", "network": "ai-l1-lab", "external_network": True,
+            "nodes": [{"host": f"{PREFIX}{i:02d}", "container": f"ai-l1-fleet-{PREFIX}{i:02d}", "profile": "a100",
+                       "ip": f"10.89.100.{FIRST_IP + i - 1}"} for i in range(1, n + 1)]}
+
+
+def fleet_inventory(spec: dict, where: Path) -> Path:
+    """The lab's variables, its control planes (validated, never touched: --limit) and N GPU nodes."""
+    lab = yaml.safe_load((LAB_INVENTORY / "hosts.yml").read_text())["all"]
+    inv = where / "inventory"
+    shutil.copytree(LAB_INVENTORY / "group_vars", inv / "group_vars")
+    connection = inv / "group_vars" / "all" / "connection.yml"
+    conn = yaml.safe_load(connection.read_text())
+    conn["ansible_ssh_private_key_file"] = str(ROOT / ".lab" / "ssh" / "id_ed25519")
+    connection.write_text("---\n" + yaml.safe_dump(conn))
+    hosts = {"all": {"vars": lab["vars"], "children": {
+        "k8s_control_plane": lab["children"]["k8s_control_plane"],
+        "k8s_worker": {"children": {"gpu_nvidia": {"hosts": {
+            n["host"]: {"ansible_host": n["ip"], "lab_hardware_profile": n["profile"]} for n in spec["nodes"]}}}},
+    }}}
+    (inv / "hosts.yml").write_text("---\n" + yaml.safe_dump(hosts, sort_keys=False))
+    return inv
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_layers(inventory: Path, strategy: str, log: Path) -> dict:
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
+           "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.json", "ANSIBLE_FORCE_COLOR": "0",
+           "ANSIBLE_STRATEGY": strategy}
+    if strategy.startswith("mitogen"):
+        import ansible_mitogen  # noqa: PLC0415 - only this strategy needs it
+
+        env["ANSIBLE_STRATEGY_PLUGINS"] = str(Path(ansible_mitogen.__file__).parent / "plugins" / "strategy")
+    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), str(ROOT / "playbooks" / "site.yml"),
+           "-i", str(inventory), "--tags", TAGS, "--limit", "gpu_nvidia"]
+    cpu0, t0 = children_cpu(), time.monotonic()
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    wall, cpu = time.monotonic() - t0, children_cpu() - cpu0
+    log.write_text(proc.stdout + proc.stderr)
+    try:
+        report = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        return {"rc": proc.returncode, "wall_s": wall, "cpu_s": cpu, "error": proc.stderr[-2000:]}
+    tasks = [t for p in report["plays"] for t in p["tasks"]]
+    stats = report["stats"]
+    return {"rc": proc.returncode, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "tasks": len(tasks),
+            "host_tasks": sum(len(t["hosts"]) for t in tasks),
+            "changed": sum(s["changed"] for s in stats.values()),
+            "failed": sum(s["failures"] + s["unreachable"] for s in stats.values())}
+
+
+def slope(rows: list[dict], key: str, run: str) -> float | None:
+    a, b = rows[0], rows[-1]
+    if a["n"] == b["n"] or key not in a[run] or key not in b[run]:
+        return None
+    return round((b[run][key] - a[run][key]) / (b["n"] - a["n"]), 2)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="6,12,24", help="node counts, ascending (default 6,12,24)")
+    parser.add_argument("--strategy", default="linear", help="Ansible strategy (linear, mitogen_linear)")
+    parser.add_argument("--keep", action="store_true", help="leave the fleet nodes up at the end")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    sizes = sorted(int(s) for s in args.sizes.split(","))
+    work = Path(tempfile.mkdtemp(prefix="fleet-bench-"))
+    rows = []
+    try:
+        for n in sizes:
+            spec_path = work / f"spec-{n}.json"
+            spec = fleet_spec(n)
+            spec_path.write_text(json.dumps(spec))
+            t0 = time.monotonic()
+            subprocess.run([*LABCTL, "--spec", str(spec_path), "up"], check=True)
+            up_s = time.monotonic() - t0
+            inventory = fleet_inventory(spec, work / f"n{n}")
+            first = run_layers(inventory, args.strategy, work / f"n{n}-first.json")
+            noop = run_layers(inventory, args.strategy, work / f"n{n}-noop.json")
+            rows.append({"n": n, "strategy": args.strategy, "up_s": round(up_s, 1), "first": first, "noop": noop})
+            for run in ("first", "noop"):
+                r = rows[-1][run]
+                print(f"N={n:3d} {args.strategy:15s} {run:5s} rc={r['rc']} wall={r['wall_s']}s cpu={r['cpu_s']}s "
+                      f"cpu/host={r['cpu_s'] / n:.2f}s tasks={r.get('tasks')} host_tasks={r.get('host_tasks')} "
+                      f"changed={r.get('changed')} failed={r.get('failed')}", flush=True)
+    finally:
+        if not args.keep and sizes:
+            spec_path = work / "spec-down.json"
+            spec_path.write_text(json.dumps(fleet_spec(sizes[-1])))
+            subprocess.run([*LABCTL, "--spec", str(spec_path), "down"], check=False)
+    if len(rows) > 1:
+        for run in ("first", "noop"):
+            print(f"slope per added node ({run}, N {rows[0]['n']} -> {rows[-1]['n']}): "
+                  + ", ".join(f"{k}={slope(rows, k, run)}" for k in ("wall_s", "cpu_s", "host_tasks")))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+    print(f"logs: {work}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
