@@ -26,7 +26,6 @@ No assertions on time: the figures are printed (JSON) for the issue and for late
 """
 
 import argparse
-import copy
 import json
 import os
 import statistics
@@ -42,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[2]
 COLLECTIONS = ROOT / "collections"
 MODULE = COLLECTIONS / "ansible_collections/ai_platform/l1/plugins/modules/node_metadata.py"
 sys.path.insert(0, str(COLLECTIONS))
+from ansible_collections.ai_platform.l1.plugins.module_utils.node_metadata import merge_patch  # noqa: E402
 
 LABELS_ANN = "bench.ai-platform.io/managed-labels"
 TAINTS_ANN = "bench.ai-platform.io/managed-taints"
@@ -87,18 +87,6 @@ def fake_node(i):
                        for j in range(30)],
         },
     }
-
-
-def merge_patch(target, patch):
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
 
 
 def serve(count, latency):

@@ -14,6 +14,7 @@ from ansible_collections.ai_platform.l1.plugins.filter.node_label_patch import (
     FilterModule,
     node_label_patch,
 )
+from merge_patch_oracle import merge_patch  # noqa: E402
 
 ANN = DEFAULT_ANNOTATION
 
@@ -148,19 +149,6 @@ def test_desired_must_be_a_dict():
 
 def test_registered_as_filter():
     assert FilterModule().filters()["node_label_patch"] is node_label_patch
-
-
-def merge_patch(target, patch):
-    """RFC 7396, as the API server applies application/merge-patch+json."""
-    if not isinstance(patch, dict):
-        return patch
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
 
 
 @pytest.mark.parametrize(("labels", "annotations", "desired"), [

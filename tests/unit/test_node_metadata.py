@@ -21,6 +21,7 @@ from ansible_collections.ai_platform.l1.plugins.filter.node_label_patch import n
 from ansible_collections.ai_platform.l1.plugins.filter.node_taint_plan import node_taint_plan  # noqa: E402
 from ansible_collections.ai_platform.l1.plugins.module_utils import node_metadata as nm  # noqa: E402
 from ansible_collections.ai_platform.l1.plugins.modules import node_metadata as mod  # noqa: E402
+from merge_patch_oracle import merge_patch  # noqa: E402
 
 LABELS_ANN = nm.LABELS_ANNOTATION
 TAINTS_ANN = nm.TAINTS_ANNOTATION
@@ -28,19 +29,6 @@ TRAIN = {"key": "dedicated", "value": "training", "effect": "NoSchedule"}
 FAULT = {"key": "ai-platform.io/fault", "value": "xid79", "effect": "NoSchedule"}
 UNREACHABLE = {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": "2026-01-01T00:00:00Z"}
 BASE = {"kubernetes.io/hostname": "x", "kubernetes.io/os": "linux"}
-
-
-def merge_patch(target, patch):
-    """RFC 7396, as the API server applies application/merge-patch+json (kept apart from the code under test)."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
 
 
 def api_exception(status, reason, message):

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible_tree import task_files, walk_tasks
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLE = ROOT / 'roles/safe_reboot'
@@ -34,33 +35,16 @@ CALLERS = {
 }
 
 
-def _tasks(node):
-    if isinstance(node, list):
-        for item in node:
-            yield from _tasks(item)
-    elif isinstance(node, dict):
-        yield node
-        for key in ('tasks', 'pre_tasks', 'post_tasks', 'handlers', 'block', 'rescue', 'always'):
-            yield from _tasks(node.get(key))
-
-
-def _yaml_files():
-    for top in ('roles', 'playbooks'):
-        for path in sorted((ROOT / top).rglob('*.yml')):
-            if '/templates/' not in str(path) and '/meta/' not in str(path):
-                yield path
-
-
 def test_only_safe_reboot_reboots():
-    rebooting = sorted(str(path.relative_to(ROOT)) for path in _yaml_files()
-                       for task in _tasks(yaml.safe_load(path.read_text()))
+    rebooting = sorted(str(path.relative_to(ROOT)) for path in task_files()
+                       for task in walk_tasks(yaml.safe_load(path.read_text()))
                        if {'ansible.builtin.reboot', 'reboot', 'ansible.legacy.reboot'} & set(task))
     assert rebooting == ['roles/safe_reboot/tasks/main.yml']
 
 
 def test_no_role_or_playbook_detects_containers_or_the_controller_itself():
     # The detection lives in the filter ai_platform.l1.container_type and in roles/safe_reboot.
-    copies = sorted(str(path.relative_to(ROOT)) for path in _yaml_files()
+    copies = sorted(str(path.relative_to(ROOT)) for path in task_files()
                     if path.parts[-3] != 'safe_reboot'
                     and any(word in path.read_text() for word in (
                         'systemd-detect-virt', 'virtualization_role', 'virtualization_tech_guest', "'systemd-nspawn'",
@@ -70,7 +54,7 @@ def test_no_role_or_playbook_detects_containers_or_the_controller_itself():
 
 @pytest.mark.parametrize('path', sorted(CALLERS))
 def test_callers_use_safe_reboot_with_their_own_variables(path):
-    includes = [task for task in _tasks(yaml.safe_load((ROOT / path).read_text()))
+    includes = [task for task in walk_tasks(yaml.safe_load((ROOT / path).read_text()))
                 if (task.get('ansible.builtin.include_role') or {}).get('name') == 'safe_reboot']
     assert len(includes) == 1, path
     assert set(includes[0]['vars']) == CALLERS[path]

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible_tree import walk_tasks
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLE = ROOT / 'roles/vendor_apt_repo'
@@ -35,16 +36,6 @@ CALLERS = {
         'vendor_apt_repo_owner', 'vendor_apt_repo_name', 'vendor_apt_repo_manage_source', 'vendor_apt_repo_pin_file',
         'vendor_apt_repo_packages', 'vendor_apt_repo_hint'}),
 }
-
-
-def _tasks(node):
-    if isinstance(node, list):
-        for item in node:
-            yield from _tasks(item)
-    elif isinstance(node, dict):
-        yield node
-        for key in ('tasks', 'pre_tasks', 'post_tasks', 'handlers', 'block', 'rescue', 'always'):
-            yield from _tasks(node.get(key))
 
 
 def _spec():
@@ -95,7 +86,7 @@ def test_no_copy_of_the_repository_steps_is_left():
             text = path.read_text()
             if any(word in text for word in words):
                 copies.append(str(path.relative_to(ROOT)))
-            elif path.suffix != '.j2' and any(modules & set(t) for t in _tasks(yaml.safe_load(text))):
+            elif path.suffix != '.j2' and any(modules & set(t) for t in walk_tasks(yaml.safe_load(text))):
                 copies.append(str(path.relative_to(ROOT)))
     assert copies == []
     assert not (ROOT / 'roles/nvidia_driver/templates/preferences.j2').exists()
