@@ -2,6 +2,7 @@
 """Build the lab's Kubernetes supply chain from Go modules, as an air-gapped site would.
 
     build.py [--only COMPONENT ...] [--jobs N]
+    build.py --only kwok      # the benchmark tool, built on demand only (tests/bench/fleet_api.py)
 
 Versions come from artifacts/manifest.yml (one source of truth). Each component is a
 small Go module under the cache (never in the repo) that requires the upstream module at
@@ -480,6 +481,43 @@ def build_lab(v: dict[str, str], gover: str, jobs: int, base: str) -> tuple[list
     return results, [(r, build_image(r)) for r in lab_image_recipes(bins, base, python_base)]
 
 
+# Benchmark-only tools (never artifacts, never published, not in the build record): built on demand
+# only, by `build.py --only kwok` or by the benchmark that needs it (ensure_kwok), never by a plain
+# build.sh run (`make lab`, `make test`). Pinned here, not in artifacts/manifest.yml: nothing a site
+# installs. kwok (Kubernetes WithOut Kubelet) keeps fake Nodes Ready against the lab's real control
+# plane for tests/bench/fleet_api.py, as its release build does (hack/releases.sh: cmd/kwok, the
+# version in pkg/consts).
+KWOK_MODULE = "sigs.k8s.io/kwok"
+KWOK_VERSION = "v0.8.0"
+# kwok v0.8.0 has no built-in stages: without a Node stage it manages nothing ("no stages found").
+# These are its own files from the module (kustomize/stage/node), passed with --config: Ready once
+# (node-initialize), then the heartbeat that goes with the Lease kwok renews (the default 40 s lease).
+KWOK_NODE_STAGES = ("kustomize/stage/node/fast/node-initialize.yaml",
+                    "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml")
+BENCH_COMPONENTS = ("kwok",)
+
+
+def bench_go_recipes() -> list[GoRecipe]:
+    return [GoRecipe("kwok", KWOK_VERSION, {KWOK_MODULE: KWOK_VERSION}, {"kwok": f"{KWOK_MODULE}/cmd/kwok"},
+                     [f"-X {KWOK_MODULE}/pkg/consts.Version={KWOK_VERSION}"], main_module=KWOK_MODULE)]
+
+
+def ensure_kwok(jobs: int = 2) -> dict:
+    """The kwok binary, built first if it is not in the cache (minutes, cold; then nothing), and its
+    Node stage files: {"binary": Path, "stages": [Path, ...], "cached": bool, ...timings}."""
+    [recipe] = bench_go_recipes()
+    if not shutil.which("go"):
+        raise BuildError("missing tool: go (Go comes with the machine)")
+    with locked("k8s-build"):  # the lock `build.py --only kwok` takes: one build of it at a time
+        result = build_go(recipe, go_version(), jobs)
+        src = Path(module_info(KWOK_MODULE, KWOK_VERSION, go_env())["Dir"])
+    stages = [src / s for s in KWOK_NODE_STAGES]
+    absent = [str(s) for s in stages if not s.is_file()]
+    if absent:
+        raise BuildError(f"kwok {KWOK_VERSION}: stage files not in the module: {', '.join(absent)}")
+    return {**result, "binary": recipe.root / "bin" / "kwok", "stages": stages}
+
+
 # ---------------------------------------------------------------- the remediation receiver
 
 RECEIVER_UID = 65532
@@ -844,8 +882,10 @@ def check_tools() -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", action="append",
-                        choices=["kubernetes", "etcd", "coredns", "cni-plugins", *MONITORING_COMPONENTS, "kueue"],
-                        help="build only these Go components (no images, no record)")
+                        choices=["kubernetes", "etcd", "coredns", "cni-plugins", *MONITORING_COMPONENTS, "kueue",
+                                 *BENCH_COMPONENTS],
+                        help="build only these Go components (no images, no record); the benchmark tools "
+                             f"({', '.join(BENCH_COMPONENTS)}) are built this way only")
     parser.add_argument("--jobs", type=int, default=int(os.environ.get("AI_L1_BUILD_JOBS", "2")))
     args = parser.parse_args(argv)
     t0 = time.monotonic()
@@ -855,8 +895,9 @@ def main(argv: list[str] | None = None) -> int:
         check_tools()
         with locked("k8s-build"):
             gover = go_version()
+            # The benchmark tools (bench_go_recipes) only with --only: never in a full build or its record.
             recipes = {r.component: r for r in [*go_recipes(v), *monitoring_recipes(manifest),
-                                                 *queue_recipes(manifest)]}
+                                                 *queue_recipes(manifest), *(bench_go_recipes() if args.only else [])]}
             results = []
             for name, recipe in recipes.items():
                 if args.only and name not in args.only:
