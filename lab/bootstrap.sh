@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs openssh-client
-              gcc make python3-venv jq docker-registry
+              gcc make python3-venv jq docker-registry openssl
               prometheus prometheus-alertmanager)  # promtool/amtool for the rule tests
 
 missing=()
