@@ -22,9 +22,10 @@ Node stages from the module: Ready, then a Lease heartbeat). Then, timed:
                roles call it per batch: the accelerator labels with their ownership annotation
                (roles/node_labels) and inventory labels plus a taint (roles/k8s_worker), for every
                Node at once; first run (every Node patched), then the no-change run. Target < 60 s.
-  firmware     the per-batch planning of playbooks/day2/firmware_update.yml: its tasks "Read the
-               Nodes" (kubernetes.core.k8s_info of every Node), the day2_max_unavailable check over
-               the cordoned workers and the per-host cordoned read, taken from the playbook itself
+  firmware     the per-batch planning of playbooks/day2/firmware_update.yml: its tasks "Read the cordoned
+               Nodes" (kubernetes.core.k8s_info, field selector spec.unschedulable=true), the
+               day2_max_unavailable check over the cordoned workers and the per-host cordoned read,
+               taken from the playbook itself
                and run for --fw-batches batches with --nodes workers in the inventory; the mean
                per batch times the batches of a whole rolling update (--nodes / day2_max_unavailable).
                Beside it the floor: one list of the Nodes and the same filter in Python.
@@ -233,10 +234,10 @@ def cordoned_workers(nodes: list[dict], workers: set[str]) -> list[str]:
 
 
 FW_PLAY = "Rolling firmware update"
-FW_TASKS = ("Read the Nodes",
+FW_TASKS = ("Read the cordoned Nodes",
             "Refuse a batch that would put more than day2_max_unavailable workers out of service",
             "Remember whether the node was cordoned before the run")
-FW_SHORT = dict(zip(FW_TASKS, ("Node list", "max_unavailable check", "per-host cordoned read"), strict=True))
+FW_SHORT = dict(zip(FW_TASKS, ("cordoned Node list", "max_unavailable check", "per-host cordoned read"), strict=True))
 
 
 def _strip_become(obj):

@@ -52,6 +52,9 @@ class FakeNodes:
         return {k: NodeInfo(v.name, dict(v.labels), v.unschedulable, tuple(v.taints), tuple(v.addresses))
                 for k, v in self.items.items()}
 
+    def node(self, name):
+        return self.nodes().get(name)
+
     def pods_to_evict(self, name):
         return list(self.pods.get(name, []))
 

@@ -145,7 +145,7 @@ def test_firmware_planning_comes_from_the_playbook():
     assert play["serial"] == original["serial"]
     assert play["vars"]["day2_api"] == original["vars"]["day2_api"]
     read = play["tasks"][0]["kubernetes.core.k8s_info"]
-    assert read == {"kind": "Node", "kubeconfig": "/tmp/admin.conf"}
+    assert read == {"kind": "Node", "field_selectors": ["spec.unschedulable=true"], "kubeconfig": "/tmp/admin.conf"}
     assert "become" not in json.dumps(play)
     # The original is not changed.
     assert original["tasks"][1]["kubernetes.core.k8s_info"]["kubeconfig"] == "/etc/kubernetes/admin.conf"
@@ -156,10 +156,11 @@ def test_firmware_planning_comes_from_the_playbook():
 def test_task_seconds_reads_the_json_callbacks_durations():
     def task(name, start, end):
         return {"task": {"name": name, "duration": {"start": start, "end": end}}, "hosts": {}}
-    report = {"plays": [{"tasks": [task("Read the Nodes", "2026-01-01T00:00:00.000000Z", "2026-01-01T00:00:01.500000Z"),
+    read = "Read the cordoned Nodes"
+    report = {"plays": [{"tasks": [task(read, "2026-01-01T00:00:00.000000Z", "2026-01-01T00:00:01.500000Z"),
                                    task("other", "2026-01-01T00:00:01.5Z", "2026-01-01T00:00:02Z"),
-                                   task("Read the Nodes", "2026-01-01T00:00:02Z", "2026-01-01T00:00:02.250000Z")]}]}
-    assert bench.task_seconds(report, "Read the Nodes") == [1.5, 0.25]
+                                   task(read, "2026-01-01T00:00:02Z", "2026-01-01T00:00:02.250000Z")]}]}
+    assert bench.task_seconds(report, read) == [1.5, 0.25]
 
 
 def test_kwok_is_a_benchmark_recipe_built_on_demand_only():

@@ -4,7 +4,8 @@ answered 401 and written to the audit log (never with what the client sent as a 
     POST /webhook      Alertmanager webhook v4 -> 200 {"decisions": [...]}
                        400 not a v4 payload, 413 body too large, 503 store or API unavailable
     GET  /healthz      200 {"status": "ok", "store": "ok", "kubernetes": "ok"}, or 503 naming
-                       what is unusable (the store deleted or unwritable, the API down)
+                       what is unusable (the store deleted or unwritable, the API down, the
+                       receiver's Node view not confirmed by the API within its bound)
     GET  /jobs[?state=&node=]   the job table;  GET /jobs/<id>   one job and its run idents
     GET  /audit[?event=&node=&since=<id>]       the audit log
 Alertmanager retries on 5xx only: a refused alert (lock, ceiling, rate) is answered 200

@@ -104,6 +104,9 @@ class Service:
             self._wake.notify_all()
         for thread in self._threads:
             thread.join(timeout)
+        close = getattr(self.nodes, "close", None)  # KubeNodes' watcher thread; the tests' fakes have none
+        if close is not None:
+            close()
 
     def _continue_job_numbers(self) -> None:
         on_disk = [int(m.group(1)) for p in self.cfg.jobs_dir.glob("job-*") if (m := JOB_DIR.match(p.name))]
@@ -157,9 +160,12 @@ class Service:
         alerts = validate_payload(payload)
         # Decisions must be recorded: with the store unusable, refuse the whole notification (503).
         self.store.check()
-        nodes = self.nodes.nodes() if alerts else {}
         decisions = []
         with self._decide:
+            # Read under the lock (a snapshot of the watch-fed view, no API call once synced): each
+            # decision sees Nodes at least as new as the previous one did, so the pool ceiling counts
+            # every cordon an earlier decision could see.
+            nodes = self.nodes.nodes() if alerts else {}
             for alert in alerts:
                 decisions.append(self._handle_alert(alert, nodes, remote))
         if any(d["decision"] == "queued" for d in decisions):
@@ -299,7 +305,7 @@ class Service:
 
     def _judge_from_node(self, job: dict, why: str) -> None:
         try:
-            node = self.nodes.nodes().get(job["node"])
+            node = self.nodes.node(job["node"])  # a fresh GET: the outcome is judged on the API's word now
         except Exception as exc:  # noqa: BLE001
             node, why = None, f"{why}; reading the Node failed ({exc})"
         left = None
