@@ -668,7 +668,9 @@ def serve_receiver(spec_path: Path) -> int:
 
     spec = json.loads(spec_path.read_text())
     cfg = config_mod.load(None, env={"AI_L1_REMEDIATE_TOKEN": spec["token"]}, overrides=spec["config"])
-    nodes = TimedNodes(KubeNodes(cfg.kubeconfig), Path(spec["timings"]))
+    view = KubeNodes(cfg.kubeconfig)
+    view.wait_synced(30)  # as the receiver's start does (remediation/cli.py serve)
+    nodes = TimedNodes(view, Path(spec["timings"]))
     executor = CordonOnlyExecutor(cfg.jobs_dir, nodes, cfg.cordon_annotation, spec["run_s"])
     service = Service(cfg, Store(cfg.db_path), nodes, executor)
     service.acquire_state_dir()

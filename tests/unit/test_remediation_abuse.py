@@ -98,7 +98,9 @@ def test_half_sent_request_frees_its_thread(receiver):
 
 def test_listen_backlog_takes_a_burst(receiver):
     _svc, srv = receiver
-    assert srv.request_queue_size >= 128
+    # tests/bench/fleet_api.py sends 200 webhooks at once: with a backlog of 128 the rest waited for
+    # the kernel's 1 s SYN retry (decisions up to 1.1 s; 0.6 s with this backlog).
+    assert srv.request_queue_size >= 1024
 
 
 def test_a_token_of_blanks_is_refused(tmp_path):

@@ -68,6 +68,18 @@ def test_a_webhook_the_store_cannot_record_is_503(served):
     assert svc.executor.started == []
 
 
+def test_a_webhook_whose_decision_cannot_be_written_is_503(served):
+    svc, url = served
+    # A store that still is its file but refuses writes (a full disk): the decision's own
+    # transaction fails, so Alertmanager is told to retry and nothing runs.
+    svc.store._db.execute("PRAGMA query_only=ON")
+    code, body = call(f"{url}/webhook", payload(alert()))
+    assert code == 503 and "readonly" in body["error"], body
+    assert svc.executor.started == []
+    svc.store._db.execute("PRAGMA query_only=OFF")
+    assert svc.store.jobs() == []
+
+
 def test_store_check_sees_a_replaced_file(tmp_path):
     store = Store(tmp_path / "s.sqlite")
     store.check()

@@ -212,6 +212,14 @@ class FakeApi:
         return Handler
 
 
+def write_kubeconfig(path, url):
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+        "clusters": [{"name": "fake", "cluster": {"server": url, "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "fake", "user": {"token": "unit-test-token"}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}]}))
+
+
 @pytest.fixture
 def kube(tmp_path, monkeypatch):
     """kube(nodes, bookmark_s=..., **KubeNodes kwargs) -> (FakeApi, KubeNodes); both closed after the test."""
@@ -224,11 +232,7 @@ def kube(tmp_path, monkeypatch):
     def start(nodes, bookmark_s=None, **kwargs):
         api = FakeApi(nodes, bookmark_s=bookmark_s)
         kubeconfig = tmp_path / f"kubeconfig-{len(made)}"
-        kubeconfig.write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
-            "clusters": [{"name": "fake", "cluster": {"server": api.url, "insecure-skip-tls-verify": True}}],
-            "users": [{"name": "fake", "user": {"token": "unit-test-token"}}],
-            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}]}))
+        write_kubeconfig(kubeconfig, api.url)
         view = KubeNodes(str(kubeconfig), **kwargs)
         made.append((api, view))
         return api, view
@@ -279,6 +283,25 @@ def test_the_first_read_returns_the_listed_nodes(kube):
         "npu1": NodeInfo("npu1", {"accelerator": "ascend", "kubernetes.io/hostname": "npu1"}, False, (),
                          ("10.0.0.3", "npu1")),
     }
+
+
+def test_wait_synced_is_true_once_listed_and_false_while_the_api_cannot_list(kube, tmp_path):
+    api, view = kube(three())
+    assert view.wait_synced(DEADLINE_S)
+    lists = api.count("list")
+    assert view.nodes()["gpu1"].name == "gpu1" and api.count("list") == lists  # the view, no list
+    # A second receiver whose API refuses every connection never syncs, and says so in time.
+    dead = FakeApi(three())
+    dead.close()
+    dead_config = tmp_path / "kubeconfig-dead"
+    write_kubeconfig(dead_config, dead.url)
+    late = KubeNodes(str(dead_config))
+    try:
+        started = time.monotonic()
+        assert not late.wait_synced(0.5)
+        assert time.monotonic() - started < DEADLINE_S
+    finally:
+        late.close()
 
 
 def test_watch_events_reach_the_view_without_a_list(kube):

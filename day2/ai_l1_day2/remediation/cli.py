@@ -24,6 +24,7 @@ from .executor import make_executor
 from .store import Store
 
 LOG = logging.getLogger("ai_l1_day2.remediation")
+NODE_VIEW_START_S = 30  # how long a start waits for the first list of the Nodes (1,000 Nodes: under 1 s)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,6 +74,10 @@ def serve(args) -> int:
     except OSError as exc:  # ssl.SSLError too
         logs.log(LOG, logging.ERROR, f"configuration error: listen.tls: {exc}", config=args.config)
         return 2
+    if not nodes.wait_synced(NODE_VIEW_START_S):
+        # Not fatal: until the watcher's list lands, each decision lists the Nodes itself.
+        logs.log(LOG, logging.WARNING, "the Node view is not synced yet; decisions list the Nodes directly",
+                 waited_s=NODE_VIEW_START_S, problem=nodes.view_problem())
     server = make_server(service, cfg.host, cfg.port, tls)
     service.start()
     host, port = server.server_address[:2]

@@ -109,6 +109,17 @@ class KubeNodes:
         return (f"the Node view {what} (bound {self.max_stale_s:g} s; decisions list the Nodes directly)"
                 + (f"; last error: {error}" if error else ""))
 
+    def wait_synced(self, timeout: float) -> bool:
+        """Wait up to `timeout` for the watcher's first list; True when the view is in use. The
+        receiver waits before it listens, so a burst right after a start does not queue every
+        decision behind one list (the view would otherwise be listed inside the decision lock)."""
+        deadline = time.monotonic() + timeout
+        while self._trusted_view() is None:
+            if self._stop.is_set() or time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
     # -- reads -----------------------------------------------------------------------------
     def nodes(self) -> dict[str, NodeInfo]:
         """Every Node, by name. The returned dict is shared: read it, never change it."""

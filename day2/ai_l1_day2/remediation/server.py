@@ -29,7 +29,7 @@ from .service import PayloadError, Service
 LOG = logging.getLogger("ai_l1_day2.remediation.http")
 MAX_BODY = 1 << 20
 SOCKET_TIMEOUT_S = 10  # a client that stops sending mid-request frees its thread after this
-LISTEN_BACKLOG = 128  # Alertmanager replicas and retries connect at once (socketserver's default is 5)
+LISTEN_BACKLOG = 1024  # a burst of webhooks connects at once (socketserver: 5); past the backlog a SYN waits 1 s
 AUDIT_FIELD_MAX = 256  # what a refused request may put into the audit log, per field
 
 

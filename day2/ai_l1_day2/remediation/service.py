@@ -158,8 +158,10 @@ class Service:
     # -- webhooks ------------------------------------------------------------------------
     def handle_payload(self, payload, remote: str = "") -> list[dict]:
         alerts = validate_payload(payload)
-        # Decisions must be recorded: with the store unusable, refuse the whole notification (503).
-        self.store.check()
+        # Decisions must be recorded: with the store gone or replaced, refuse the whole notification
+        # (503); an unwritable one fails the decision's own transaction, which answers 503 too. No
+        # heartbeat write here: it cost a second fsync per webhook inside a burst.
+        self.store.check_file()
         decisions = []
         with self._decide:
             # Read under the lock (a snapshot of the watch-fed view, no API call once synced): each

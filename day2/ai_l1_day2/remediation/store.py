@@ -95,6 +95,16 @@ class Store:
 
     def check(self) -> None:
         """Raise StoreError unless the store is the file it was opened as and takes a write."""
+        self.check_file()
+        try:
+            with self.transaction() as db:
+                db.execute("INSERT OR REPLACE INTO heartbeat (id, ts) VALUES (1, ?)", (self.clock(),))
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path} takes no writes: {exc}") from exc
+
+    def check_file(self) -> None:
+        """Raise StoreError unless the store is still the file it was opened as (no write: a webhook
+        checks this before deciding, and its decision's own transaction proves the store writable)."""
         try:
             now = self.path.stat().st_ino
         except OSError as exc:
@@ -102,11 +112,6 @@ class Store:
                              "with job numbers that exist already") from None
         if now != self._inode:
             raise StoreError(f"{self.path} was replaced by another file")
-        try:
-            with self.transaction() as db:
-                db.execute("INSERT OR REPLACE INTO heartbeat (id, ts) VALUES (1, ?)", (self.clock(),))
-        except sqlite3.Error as exc:
-            raise StoreError(f"{self.path} takes no writes: {exc}") from exc
 
     def continue_ids_after(self, job_id: int) -> None:
         """New jobs get numbers above job_id (job directories of a lost store exist up to it)."""
