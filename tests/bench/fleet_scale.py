@@ -4,13 +4,18 @@
     python tests/bench/fleet_scale.py [--sizes 6,12,24] [--strategy linear|mitogen_linear] [--keep]
 
 For each N: N lab nodes of the A100 profile (containers `ai-l1-fleet-fgpuNN` on the lab's network
-`ai-l1-lab`, addresses 10.89.100.101 and up, beside the 6-node lab: run `make lab` first, the lab's
-file mirror and registry serve them), then the host layers of playbooks/site.yml on them
+`ai-l1-lab`, addresses from podman, read back with `labctl status --json`, beside the 6-node lab:
+run `make lab` first, the lab's file mirror and registry serve them), then the host layers of
+playbooks/site.yml on them
 (`--tags baseline,rdma,nvidia --limit gpu_nvidia`: the OS baseline, RDMA, the NVIDIA driver,
 container toolkit and DCGM), then the same command again (a no-op run: changed must be 0).
 Printed per N and run: wall time, controller CPU (user+sys of ansible-playbook and its
 children), tasks, host-task results, changed; then the per-added-node slope of each between the
-smallest and the largest N. No assertion: the figures are printed (and written with --json).
+smallest and the largest N. No assertion on times: the figures are printed (and written with
+--json); a run that fails or leaves a host unreachable stops the benchmark with its log named
+(its figures would mean nothing).
+Sizes go up on the same nodes: the converge run at a larger N finds the smaller N's nodes converged
+already, so only the no-op runs compare like with like.
 
 Not measured here: the Kubernetes join and the labels layer, which need the nodes to join the
 lab's control planes (a 2-core machine holds the 6-node cluster, not 24 more kubelets); their
@@ -38,17 +43,23 @@ ROOT = Path(__file__).resolve().parents[2]
 LAB_INVENTORY = ROOT / "inventories" / "lab"
 LABCTL = [sys.executable, str(ROOT / "lab" / "labctl.py")]
 PREFIX = "fgpu"
-FIRST_IP = 101
 TAGS = "baseline,rdma,nvidia"
 
 
 def fleet_spec(n: int) -> dict:
     return {"lab_name": "ai-l1-fleet", "network": "ai-l1-lab", "external_network": True,
-            "nodes": [{"host": f"{PREFIX}{i:02d}", "container": f"ai-l1-fleet-{PREFIX}{i:02d}", "profile": "a100",
-                       "ip": f"10.89.100.{FIRST_IP + i - 1}"} for i in range(1, n + 1)]}
+            "nodes": [{"host": f"{PREFIX}{i:02d}", "container": f"ai-l1-fleet-{PREFIX}{i:02d}", "profile": "a100"}
+                      for i in range(1, n + 1)]}
 
 
-def fleet_inventory(spec: dict, where: Path) -> Path:
+def fleet_addresses(spec_path: Path) -> dict[str, str]:
+    """host -> address podman gave the node (the lab's network is shared, so labctl assigns none)."""
+    proc = subprocess.run([*LABCTL, "--spec", str(spec_path), "status", "--json"], check=True,
+                          capture_output=True, text=True)
+    return {row["host"]: row["ip"] for row in json.loads(proc.stdout)}
+
+
+def fleet_inventory(spec: dict, addresses: dict[str, str], where: Path) -> Path:
     """The lab's variables, its control planes (validated, never touched: --limit) and N GPU nodes."""
     lab = yaml.safe_load((LAB_INVENTORY / "hosts.yml").read_text())["all"]
     inv = where / "inventory"
@@ -60,7 +71,8 @@ def fleet_inventory(spec: dict, where: Path) -> Path:
     hosts = {"all": {"vars": lab["vars"], "children": {
         "k8s_control_plane": lab["children"]["k8s_control_plane"],
         "k8s_worker": {"children": {"gpu_nvidia": {"hosts": {
-            n["host"]: {"ansible_host": n["ip"], "lab_hardware_profile": n["profile"]} for n in spec["nodes"]}}}},
+            n["host"]: {"ansible_host": addresses[n["host"]], "lab_hardware_profile": n["profile"]}
+            for n in spec["nodes"]}}}},
     }}}
     (inv / "hosts.yml").write_text("---\n" + yaml.safe_dump(hosts, sort_keys=False))
     return inv
@@ -97,6 +109,10 @@ def run_layers(inventory: Path, strategy: str, log: Path) -> dict:
             "failed": sum(s["failures"] + s["unreachable"] for s in stats.values())}
 
 
+def broken(run: dict) -> bool:
+    return run["rc"] != 0 or bool(run.get("failed")) or "error" in run
+
+
 def slope(rows: list[dict], key: str, run: str) -> float | None:
     a, b = rows[0], rows[-1]
     if a["n"] == b["n"] or key not in a[run] or key not in b[run]:
@@ -122,9 +138,13 @@ def main() -> int:
             t0 = time.monotonic()
             subprocess.run([*LABCTL, "--spec", str(spec_path), "up"], check=True)
             up_s = time.monotonic() - t0
-            inventory = fleet_inventory(spec, work / f"n{n}")
+            inventory = fleet_inventory(spec, fleet_addresses(spec_path), work / f"n{n}")
             first = run_layers(inventory, args.strategy, work / f"n{n}-first.json")
-            noop = run_layers(inventory, args.strategy, work / f"n{n}-noop.json")
+            noop = run_layers(inventory, args.strategy, work / f"n{n}-noop.json") if not broken(first) else first
+            if broken(first) or broken(noop):
+                print(f"N={n}: the run failed (rc {first['rc']}/{noop['rc']}, {first.get('failed')}/"
+                      f"{noop.get('failed')} hosts failed or unreachable): see {work}/n{n}-*.json", flush=True)
+                return 1
             rows.append({"n": n, "strategy": args.strategy, "up_s": round(up_s, 1), "first": first, "noop": noop})
             for run in ("first", "noop"):
                 r = rows[-1][run]

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
+import os
 import re
 import subprocess
 import sys
@@ -207,3 +209,103 @@ def test_the_roles_and_playbooks_install_wheels_through_python_wheels():
     [nvidia] = uses(REPO / "playbooks/nvidia.yml")
     assert nvidia["python_wheels_names"] == ["python-nvidia-ml-py"] and nvidia["python_wheels_imports"] == ["pynvml"]
     assert not list((REPO / "roles").glob("*/tasks/pynvml.yml"))
+
+
+# ---------------------------------------------------------------- the role, run for real
+
+ROLE_PLAY = """\
+- name: python_wheels on a local interpreter
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Install the wheels
+      ansible.builtin.include_role:
+        name: python_wheels
+      vars:
+        python_wheels_names: [demo]
+        python_wheels_python: "{{ t_python }}"
+        python_wheels_imports: [demo_pkg]
+        python_wheels_artifacts:
+          demo: {name: demo, url: "file://{{ t_wheel }}", sha256: "{{ t_sha256 }}", version: "{{ t_version }}"}
+
+    - name: Show the pending wheels
+      ansible.builtin.debug:
+        var: python_wheels_pending
+"""
+
+
+@pytest.fixture
+def role_run(tmp_path):
+    """run(version, *args) -> (rc, {task name: result for the host}, stats): the role installs demo_pkg at
+    `version` into a fresh venv's site-packages, the wheel cache under tmp_path."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
+    (tmp_path / "play.yml").write_text(ROLE_PLAY)
+
+    def run(version, *args):
+        whl = wheel(tmp_path, "demo_pkg", version, "")
+        extra = {"t_python": str(tmp_path / "venv/bin/python"), "t_wheel": str(whl), "t_version": version,
+                 "t_sha256": hashlib.sha256(whl.read_bytes()).hexdigest(),
+                 "python_wheels__cache": str(tmp_path / "cache")}  # extra variables win over role variables
+        env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+               "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json", "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.json",
+               "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(tmp_path / "facts")}
+        proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), str(tmp_path / "play.yml"),
+                               "-i", "host,", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}",
+                               "-e", json.dumps(extra), *args],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
+        report = json.loads(proc.stdout)
+        tasks = {}
+        for task in report["plays"][0]["tasks"]:
+            result = task["hosts"].get("host")
+            if result is not None and not result.get("skipped"):
+                tasks.setdefault(task["task"]["name"].split(" : ", 1)[-1], []).append(result)
+        return proc.returncode, tasks, report["stats"]["host"]
+
+    return run
+
+
+def venv_version(tmp_path) -> str:
+    code = "import importlib.metadata, demo_pkg; print(demo_pkg.__version__, importlib.metadata.version('demo_pkg'))"
+    return subprocess.run([str(tmp_path / "venv/bin/python"), "-c", code], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def test_the_role_installs_then_a_converged_host_runs_only_the_check(tmp_path, role_run):
+    # Check mode on a fresh interpreter: nothing unpacked, the wheel reported pending, no failure.
+    rc, tasks, stats = role_run("1.0", "--check")
+    assert rc == 0 and stats["failures"] == 0, tasks
+    assert tasks["Show the pending wheels"][0]["python_wheels_pending"] == ["demo"]
+    assert not (tmp_path / "cache").exists()
+
+    rc, tasks, stats = role_run("1.0")
+    assert rc == 0 and stats["changed"] > 0, tasks
+    assert venv_version(tmp_path) == "1.0 1.0"
+    assert "Unpack the wheels into site-packages" in tasks
+    assert len(tasks["Check the wheels import under the interpreter with the pinned versions"]) == 2
+
+    # Converged: one check on the host, nothing downloaded or unpacked, nothing changed.
+    rc, tasks, stats = role_run("1.0")
+    assert rc == 0 and stats["changed"] == 0, tasks
+    remote = sorted(name for name in tasks if name not in (
+        "Show the pending wheels", "Report the wheels not unpacked yet (check mode)",
+        "Refuse wheels the manifest did not resolve, and wheels that are not pure Python", "Install the wheels")
+        and not name.startswith("Validating arguments"))
+    assert remote == ["Check the wheels import under the interpreter with the pinned versions"], remote
+    assert tasks["Show the pending wheels"][0]["python_wheels_pending"] == []
+
+    # A new pin: the check fails, the install runs, the new version imports.
+    rc, tasks, stats = role_run("2.0")
+    assert rc == 0 and stats["changed"] > 0, tasks
+    assert venv_version(tmp_path) == "2.0 2.0"
+
+
+def test_the_role_fails_when_the_installed_wheel_does_not_import(tmp_path, role_run):
+    assert role_run("1.0")[0] == 0
+    site = next((tmp_path / "venv/lib").glob("python3*/site-packages"))
+    (site / "demo_pkg" / "__init__.py").write_text("raise ImportError('broken on purpose')\n")
+    rc, tasks, _stats = role_run("1.0")
+    # The probe sees it, the unpack keeps the pinned .dist-info (creates), the check after it fails.
+    assert rc != 0
+    [probe, after] = tasks["Check the wheels import under the interpreter with the pinned versions"]
+    assert probe["rc"] != 0 and not probe.get("failed") and after.get("failed"), tasks
+    assert "broken on purpose" in after["stderr"]
