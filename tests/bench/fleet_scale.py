@@ -7,8 +7,8 @@ For each N: N lab nodes of the A100 profile (containers `ai-l1-fleet-fgpuNN` on 
 `ai-l1-lab`, addresses from podman, read back with `labctl status --json`, beside the 6-node lab:
 run `make lab` first, the lab's file mirror and registry serve them), then the host layers of
 playbooks/site.yml on them
-(`--tags baseline,rdma,nvidia --limit gpu_nvidia`: the OS baseline, RDMA, the NVIDIA driver,
-container toolkit and DCGM), then the same command again (a no-op run: changed must be 0).
+(`--tags baseline,container_runtime,rdma,nvidia --limit gpu_nvidia`: the OS baseline, containerd
+and the node binaries, RDMA, the NVIDIA driver, container toolkit and DCGM), then the same command again (a no-op run: changed must be 0).
 Printed per N and run: wall time, controller CPU (user+sys of ansible-playbook and its
 children), tasks, host-task results, changed; then the per-added-node slope of each between the
 smallest and the largest N. No assertion on times: the figures are printed (and written with
@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LAB_INVENTORY = ROOT / "inventories" / "lab"
 LABCTL = [sys.executable, str(ROOT / "lab" / "labctl.py")]
 PREFIX = "fgpu"
-TAGS = "baseline,rdma,nvidia"
+TAGS = "baseline,container_runtime,rdma,nvidia"
 
 
 def fleet_spec(n: int) -> dict:

@@ -41,7 +41,10 @@ LAYERS = {
 }
 LAYER_TAGS = sorted(t for t in LAYERS.values() if t)
 ROLE_TAGS = ["dcgm", "nvidia_container_toolkit", "nvidia_driver"]  # within the nvidia layer
-SELECTED = [*LAYER_TAGS, "nvidia_driver"]  # run with --list-tasks --tags (one role tag: they are set alike)
+# A play's own tag besides its layer's: the first play of kubernetes.yml alone (containerd and the
+# node binaries, no cluster; tests/bench/fleet_scale.py runs the host layers with it).
+PLAY_TAGS = {"Container runtime and node binaries": "container_runtime"}
+SELECTED = [*LAYER_TAGS, "nvidia_driver", "container_runtime"]  # run with --list-tasks --tags
 ARGSPEC_TASK = "Validating arguments against arg spec"
 PLAY_LINE = re.compile(r"^\s+play #\d+ \((?P<hosts>[^)]*)\): (?P<name>.*?)\tTAGS: \[(?P<tags>[^\]]*)\]$")
 TASK_LINE = re.compile(r"^\s{6}(?P<name>.*?)\tTAGS: \[(?P<tags>[^\]]*)\]$")
@@ -113,10 +116,12 @@ def test_list_tags(list_tags):
     expected = site_plays()
     assert [p["name"] for p in list_tags] == [name for _, _, name in expected]
     for play, (source, layer, _) in zip(list_tags, expected, strict=True):
-        # Each play carries exactly its layer's tag, or `always` for the validation and the preflight.
-        assert play["tags"] == ({layer} if layer else {"always"}), (source, play)
+        # Each play carries exactly its layer's tag (and its own, PLAY_TAGS), or `always` for the
+        # validation and the preflight.
+        own = {PLAY_TAGS[play["name"]]} if play["name"] in PLAY_TAGS else set()
+        assert play["tags"] == ({layer, *own} if layer else {"always"}), (source, play)
     everything = set().union(*(p["task_tags"] for p in list_tags))
-    assert everything == {"always", *LAYER_TAGS, *ROLE_TAGS}
+    assert everything == {"always", *LAYER_TAGS, *ROLE_TAGS, *PLAY_TAGS.values()}
 
 
 def test_validation_and_preflight_always_run(list_tasks):
@@ -126,7 +131,16 @@ def test_validation_and_preflight_always_run(list_tasks):
         assert "Check groups, per-host values and role arguments" in [t for t, _ in plays[0]["tasks"]], tag
 
 
-@pytest.mark.parametrize("tag", SELECTED)
+def test_container_runtime_selects_its_play_only(list_tasks):
+    plays = list_tasks["container_runtime"]
+    selected = [p["name"] for p in plays if any("container_runtime" in t for _, t in p["tasks"])]
+    assert selected == ["Container runtime and node binaries"], selected
+    [play] = [p for p in plays if p["name"] == selected[0]]
+    assert any(t.startswith("containerd : ") for t, _ in play["tasks"]), play["tasks"]
+    assert any(t.startswith("k8s_node : ") for t, _ in play["tasks"]), play["tasks"]
+
+
+@pytest.mark.parametrize("tag", [t for t in SELECTED if t not in PLAY_TAGS.values()])
 def test_one_tag_selects_one_layer(list_tasks, tag):
     expected = site_plays()
     plays = list_tasks[tag]
