@@ -6,16 +6,17 @@
 For each N: N lab nodes of the A100 profile (containers `ai-l1-fleet-fgpuNN` on the lab's network
 `ai-l1-lab`, addresses from podman, read back with `labctl status --json`, beside the 6-node lab:
 run `make lab` first, the lab's file mirror and registry serve them), then the host layers of
-playbooks/site.yml on them
-(`--tags baseline,container_runtime,rdma,nvidia --limit gpu_nvidia`: the OS baseline, containerd
-and the node binaries, RDMA, the NVIDIA driver, container toolkit and DCGM), then the same command again (a no-op run: changed must be 0).
-Printed per N and run: wall time, controller CPU (user+sys of ansible-playbook and its
-children), tasks, host-task results, changed; then the per-added-node slope of each between the
-smallest and the largest N. No assertion on times: the figures are printed (and written with
---json); a run that fails or leaves a host unreachable stops the benchmark with its log named
-(its figures would mean nothing).
-Sizes go up on the same nodes: the converge run at a larger N finds the smaller N's nodes converged
-already, so only the no-op runs compare like with like.
+playbooks/site.yml on them (`--tags baseline,container_runtime,rdma,nvidia --limit gpu_nvidia`:
+the OS baseline, containerd and the node binaries, RDMA, the NVIDIA driver, container toolkit and
+DCGM), then the same command again (a no-op run: changed must be 0).
+
+Printed per N and run: wall time, controller CPU (user+sys of ansible-playbook and its children),
+the nodes' CPU (their containers' cgroups), tasks, host-task results, changed; then the
+per-added-node slope of each between the smallest and the largest N. No assertion on times: the
+figures are printed (and written with --json); a run that fails or leaves a host unreachable
+stops the benchmark with its log named (its figures would mean nothing). Sizes go up on the same
+nodes: the converge run at a larger N finds the smaller N's nodes converged already, so only the
+no-op runs compare like with like.
 
 Not measured here: the Kubernetes join and the labels layer, which need the nodes to join the
 lab's control planes (a 2-core machine holds the 6-node cluster, not 24 more kubelets); their
@@ -83,7 +84,30 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_layers(inventory: Path, strategy: str, log: Path) -> dict:
+def node_cpu(containers: list[str]) -> float | None:
+    """CPU seconds the fleet's containers have used (their cgroups: v1 cpuacct.usage, v2 cpu.stat);
+    None when a cgroup cannot be read. The nodes share this machine's cores with the controller, so
+    a run's wall time here is bound by what the modules cost on the nodes, which a real fleet pays
+    on each machine in parallel."""
+    total = 0.0
+    for name in containers:
+        proc = subprocess.run(["podman", "inspect", "--format", "{{.State.CgroupPath}}", name],
+                              capture_output=True, text=True, check=False)
+        path = proc.stdout.strip().lstrip("/")
+        v1, v2 = Path("/sys/fs/cgroup/cpuacct") / path / "cpuacct.usage", Path("/sys/fs/cgroup") / path / "cpu.stat"
+        if proc.returncode or not path:
+            return None
+        if v1.is_file():
+            total += int(v1.read_text()) / 1e9
+        elif v2.is_file():
+            usage = dict(line.split() for line in v2.read_text().splitlines())
+            total += int(usage["usage_usec"]) / 1e6
+        else:
+            return None
+    return total
+
+
+def run_layers(inventory: Path, strategy: str, log: Path, containers: list[str]) -> dict:
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
            "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.json", "ANSIBLE_FORCE_COLOR": "0",
            "ANSIBLE_STRATEGY": strategy}
@@ -93,17 +117,19 @@ def run_layers(inventory: Path, strategy: str, log: Path) -> dict:
         env["ANSIBLE_STRATEGY_PLUGINS"] = str(Path(ansible_mitogen.__file__).parent / "plugins" / "strategy")
     cmd = [str(Path(sys.executable).parent / "ansible-playbook"), str(ROOT / "playbooks" / "site.yml"),
            "-i", str(inventory), "--tags", TAGS, "--limit", "gpu_nvidia"]
-    cpu0, t0 = children_cpu(), time.monotonic()
+    nodes0, cpu0, t0 = node_cpu(containers), children_cpu(), time.monotonic()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
-    wall, cpu = time.monotonic() - t0, children_cpu() - cpu0
+    wall, cpu, nodes1 = time.monotonic() - t0, children_cpu() - cpu0, node_cpu(containers)
+    node_s = round(nodes1 - nodes0, 1) if nodes0 is not None and nodes1 is not None else None
     log.write_text(proc.stdout + proc.stderr)
     try:
         report = json.loads(proc.stdout)
     except json.JSONDecodeError:
-        return {"rc": proc.returncode, "wall_s": wall, "cpu_s": cpu, "error": proc.stderr[-2000:]}
+        return {"rc": proc.returncode, "wall_s": wall, "cpu_s": cpu, "node_cpu_s": node_s, "error": proc.stderr[-2000:]}
     tasks = [t for p in report["plays"] for t in p["tasks"]]
     stats = report["stats"]
-    return {"rc": proc.returncode, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "tasks": len(tasks),
+    return {"rc": proc.returncode, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "node_cpu_s": node_s,
+            "tasks": len(tasks),
             "host_tasks": sum(len(t["hosts"]) for t in tasks),
             "changed": sum(s["changed"] for s in stats.values()),
             "failed": sum(s["failures"] + s["unreachable"] for s in stats.values())}
@@ -139,8 +165,10 @@ def main() -> int:
             subprocess.run([*LABCTL, "--spec", str(spec_path), "up"], check=True)
             up_s = time.monotonic() - t0
             inventory = fleet_inventory(spec, fleet_addresses(spec_path), work / f"n{n}")
-            first = run_layers(inventory, args.strategy, work / f"n{n}-first.json")
-            noop = run_layers(inventory, args.strategy, work / f"n{n}-noop.json") if not broken(first) else first
+            containers = [node["container"] for node in spec["nodes"]]
+            first = run_layers(inventory, args.strategy, work / f"n{n}-first.json", containers)
+            noop = (run_layers(inventory, args.strategy, work / f"n{n}-noop.json", containers)
+                    if not broken(first) else first)
             if broken(first) or broken(noop):
                 print(f"N={n}: the run failed (rc {first['rc']}/{noop['rc']}, {first.get('failed')}/"
                       f"{noop.get('failed')} hosts failed or unreachable): see {work}/n{n}-*.json", flush=True)
@@ -149,7 +177,8 @@ def main() -> int:
             for run in ("first", "noop"):
                 r = rows[-1][run]
                 print(f"N={n:3d} {args.strategy:15s} {run:5s} rc={r['rc']} wall={r['wall_s']}s cpu={r['cpu_s']}s "
-                      f"cpu/host={r['cpu_s'] / n:.2f}s tasks={r.get('tasks')} host_tasks={r.get('host_tasks')} "
+                      f"cpu/host={r['cpu_s'] / n:.2f}s node_cpu={r.get('node_cpu_s')}s "
+                      f"tasks={r.get('tasks')} host_tasks={r.get('host_tasks')} "
                       f"changed={r.get('changed')} failed={r.get('failed')}", flush=True)
     finally:
         if not args.keep and sizes:
@@ -159,7 +188,7 @@ def main() -> int:
     if len(rows) > 1:
         for run in ("first", "noop"):
             print(f"slope per added node ({run}, N {rows[0]['n']} -> {rows[-1]['n']}): "
-                  + ", ".join(f"{k}={slope(rows, k, run)}" for k in ("wall_s", "cpu_s", "host_tasks")))
+                  + ", ".join(f"{k}={slope(rows, k, run)}" for k in ("wall_s", "cpu_s", "node_cpu_s", "host_tasks")))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
     print(f"logs: {work}")
