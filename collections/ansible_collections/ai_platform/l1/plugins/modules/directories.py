@@ -9,7 +9,7 @@ DOCUMENTATION = r'''
 ---
 module: directories
 short_description: Several directories with one owner, group and mode, in one task
-version_added: "0.2.0"
+version_added: "0.1.0"
 description:
   - Creates each directory of O(paths) that is missing (with its missing parents, as
     M(ansible.builtin.file) with C(state=directory) does) and sets O(owner), O(group) and O(mode) on each
