@@ -72,11 +72,11 @@ sanity:
 	bash tests/sanity.sh
 
 unit:
-	python -m pytest -q tests/unit
+	python -m pytest -q --durations=10 tests/unit
 
 # lab-artifacts: scenarios install vendor packages from the lab's files mirror (nvidia_stack).
 molecule: image lab-artifacts
 	@for s in $(SCENARIOS); do echo "== molecule test -s $$s"; molecule test -s $$s || exit 1; done
 
 integration: image lab-supplies lab-artifacts
-	python -m pytest -q tests/integration
+	python -m pytest -q --durations=25 tests/integration
