@@ -72,7 +72,7 @@ sanity:
 	bash tests/sanity.sh
 
 unit:
-	python -m pytest -q --durations=10 tests/unit
+	python -m pytest -q -n auto --durations=10 tests/unit
 
 # lab-artifacts: scenarios install vendor packages from the lab's files mirror (nvidia_stack).
 molecule: image lab-artifacts
