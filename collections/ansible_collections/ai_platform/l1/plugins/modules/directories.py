@@ -31,8 +31,8 @@ options:
     description: Group of every directory in O(paths) (name or gid); left as it is when not given.
     type: str
   mode:
-    description: Mode of every directory in O(paths), as M(ansible.builtin.file) takes it (C("0755"), C(u=rwx,g=rx,o=rx));
-      left as it is when not given.
+    description: Mode of every directory in O(paths), as M(ansible.builtin.file) takes it (C("0755"),
+      C(u=rwx,g=rx,o=rx)); left as it is when not given.
     type: raw
 attributes:
   check_mode:
@@ -108,20 +108,11 @@ def file_args(module, path):
     return module.load_file_common_arguments(dict(owner=p['owner'], group=p['group'], mode=p['mode']), path=path)
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            paths=dict(type='list', elements='path', required=True),
-            owner=dict(type='str'),
-            group=dict(type='str'),
-            mode=dict(type='raw'),
-        ),
-        supports_check_mode=True,
-    )
-    p = module.params
+def checked_paths(module):
+    """The paths, normalised and without repeats; fails before any change on a bad one."""
     paths = []
-    for path in p['paths']:
-        path = os.path.normpath(path)
+    for given in module.params['paths']:
+        path = os.path.normpath(given)
         if path not in paths:
             paths.append(path)
     bad = [path for path in paths if not os.path.isabs(path)]
@@ -130,8 +121,11 @@ def main():
     not_dirs = [path for path in paths if os.path.lexists(path) and not os.path.isdir(path)]
     if not_dirs:
         module.fail_json(msg='exists and is not a directory: %s' % ', '.join(not_dirs), created=[], changed_paths=[])
+    return paths
 
-    before = dict((path, describe(path)) for path in paths)
+
+def converge(module, paths):
+    """Create what is missing and set the attributes; returns (created, changed_paths)."""
     created, changed_paths = [], []
     for path in paths:
         for new in missing_chain(path):
@@ -149,22 +143,42 @@ def main():
         # The file module's own attribute logic: names or ids, symbolic modes, check mode.
         if module.set_fs_attributes_if_different(file_args(module, path), False) and path not in created:
             changed_paths.append(path)
-    for new in created:
-        if new not in paths and not module.check_mode:
-            module.set_fs_attributes_if_different(file_args(module, new), False)
+    if not module.check_mode:
+        for new in created:
+            if new not in paths:  # a parent created on the way gets the same attributes
+                module.set_fs_attributes_if_different(file_args(module, new), False)
+    return created, changed_paths
 
+
+def diff(module, paths, before, created, changed_paths):
+    p = module.params
+    wanted = 'directory (%s)' % ', '.join('%s=%s' % (k, p[k]) for k in ('owner', 'group', 'mode') if p[k] is not None)
+    after = {}
+    for path in paths:
+        if not module.check_mode:
+            after[path] = describe(path)
+        else:
+            after[path] = wanted if path in created or path in changed_paths else before[path]
+    return dict(before=''.join('%s %s\n' % (path, before[path]) for path in paths),
+                after=''.join('%s %s\n' % (path, after[path]) for path in paths))
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            paths=dict(type='list', elements='path', required=True),
+            owner=dict(type='str'),
+            group=dict(type='str'),
+            mode=dict(type='raw'),
+        ),
+        supports_check_mode=True,
+    )
+    paths = checked_paths(module)
+    before = dict((path, describe(path)) for path in paths)
+    created, changed_paths = converge(module, paths)
     result = dict(changed=bool(created or changed_paths), created=created, changed_paths=changed_paths)
     if module._diff:
-        after = {}
-        for path in paths:
-            if module.check_mode:
-                after[path] = 'directory (%s)' % ', '.join(
-                    '%s=%s' % (k, p[k]) for k in ('owner', 'group', 'mode') if p[k] is not None) \
-                    if path in created or path in changed_paths else before[path]
-            else:
-                after[path] = describe(path)
-        result['diff'] = dict(before=''.join('%s %s\n' % (path, before[path]) for path in paths),
-                              after=''.join('%s %s\n' % (path, after[path]) for path in paths))
+        result['diff'] = diff(module, paths, before, created, changed_paths)
     module.exit_json(**result)
 
 
