@@ -374,7 +374,7 @@ def test_receiver_runs_with_only_the_verbs_an_isolation_needs(deployed):
     assert [p["spec"]["nodeName"] for p in running] == [RECEIVER_VARS["remediation_receiver_host_path_node"]]
     role = kubectl_json("get clusterrole ai-platform:ai-l1-remediate")
     rules = sorted((tuple(r["resources"]), tuple(sorted(r["verbs"]))) for r in role["rules"])
-    assert rules == [(("nodes",), ("get", "list", "watch", "patch")), (("pods",), ("get", "list")),
+    assert rules == [(("nodes",), ("get", "list", "patch", "watch")), (("pods",), ("get", "list")),
                      (("pods/eviction",), ("create",))], rules
     sa = f"system:serviceaccount:{RECEIVER_NS}:ai-l1-remediate"
     for verb, resource, allowed in (("patch", "nodes", "yes"), ("create", "pods --subresource=eviction", "yes"),
