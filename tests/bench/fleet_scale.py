@@ -22,7 +22,7 @@ Not measured here: the Kubernetes join and the labels layer, which need the node
 lab's control planes (a 2-core machine holds the 6-node cluster, not 24 more kubelets); their
 API side at 1,000 Nodes is tests/bench/node_metadata_bench.py and the kwok figures.
 The strategy: `linear` is Ansible's; `mitogen_linear` needs `mitogen` (requirements.txt) and is
-found through ANSIBLE_STRATEGY_PLUGINS.
+found as every run finds it, through ansible.cfg's strategy_plugins (plugins/strategy).
 """
 
 from __future__ import annotations
@@ -111,10 +111,6 @@ def run_layers(inventory: Path, strategy: str, log: Path, containers: list[str])
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
            "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.json", "ANSIBLE_FORCE_COLOR": "0",
            "ANSIBLE_STRATEGY": strategy}
-    if strategy.startswith("mitogen"):
-        import ansible_mitogen  # noqa: PLC0415 - only this strategy needs it
-
-        env["ANSIBLE_STRATEGY_PLUGINS"] = str(Path(ansible_mitogen.__file__).parent / "plugins" / "strategy")
     cmd = [str(Path(sys.executable).parent / "ansible-playbook"), str(ROOT / "playbooks" / "site.yml"),
            "-i", str(inventory), "--tags", TAGS, "--limit", "gpu_nvidia"]
     nodes0, cpu0, t0 = node_cpu(containers), children_cpu(), time.monotonic()
