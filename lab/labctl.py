@@ -64,6 +64,8 @@ PODMAN_RUN_FLAGS = [
 ]
 # Inside the node, where labctl records which profile hook revision it installed.
 HOOK_STAMP = "/var/lib/ai-l1-lab/profile-hook.sha256"
+# Where a node with lab_disks gets its disk volume (the storage profile's disk files).
+LAB_DISKS = "/var/lib/ai-l1-lab/disks"
 SSH_OPTS = [
     "-o", "BatchMode=yes",
     "-o", "StrictHostKeyChecking=no",
@@ -173,11 +175,22 @@ class Node:
     profile: str | None
     ip: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    # A volume for simulated disks (inventory host var lab_disks: true): a storage node's OSDs
+    # keep BlueStore in files there (BlueStore's direct I/O needs a backing that is not overlayfs).
+    disks: bool = False
 
     @property
     def volume(self) -> str:
         # containerd's overlayfs snapshotter needs a backing dir that is not overlayfs.
         return f"{self.container}-containerd"
+
+    @property
+    def volumes(self) -> dict[str, str]:
+        """Volume name -> mount point in the node."""
+        vols = {self.volume: "/var/lib/containerd"}
+        if self.disks:
+            vols[f"{self.container}-disks"] = LAB_DISKS
+        return vols
 
 
 @dataclass
@@ -217,7 +230,7 @@ def lab_from_inventory(path: Path) -> Lab:
         if missing:
             raise LabError(host, "inventory", f"{path} sets no {', '.join(missing)} for {host}")
         nodes.append(Node(host, f"{name}-{host}", hvars["lab_hardware_profile"],
-                          ip=hvars["ansible_host"]))
+                          ip=hvars["ansible_host"], disks=bool(hvars.get("lab_disks", False))))
     if not nodes:
         raise LabError("inventory", "read", f"{path} has no hosts")
     return Lab(name, lab_vars.get("lab_network", f"{name}-lab"), lab_vars.get("lab_subnet"),
@@ -353,12 +366,13 @@ def check_ssh(node: Node, attempts: int = 10) -> None:
 def create_node(node: Node, lab: Lab, image: str) -> None:
     """Start a new node; raises LabError naming the step that failed."""
     try:
-        podman("volume", "create", *lab.labels, node.volume)
+        for volume in node.volumes:
+            podman("volume", "create", *lab.labels, volume)
         args = ["run", "-d", "--name", node.container, "--hostname", node.host,
                 "--network", lab.network, *PODMAN_RUN_FLAGS, *lab.labels,
                 f"--label={LABEL}.host={node.host}",
                 *[f"--label={k}={v}" for k, v in node.labels.items()],
-                "-v", f"{node.volume}:/var/lib/containerd"]
+                *[arg for volume, where in node.volumes.items() for arg in ("-v", f"{volume}:{where}")]]
         if node.ip and not lab.external_network:
             args += ["--ip", node.ip]
         podman(*args, image)
@@ -462,7 +476,7 @@ def cmd_up(lab: Lab, args) -> int:
             log("removing what this run created: "
                 + (", ".join(n.container for n in new) or "no containers")
                 + (f", network {lab.network}" if created_net else ""))
-            remove(lab, [n.container for n in new], [n.volume for n in new], created_net)
+            remove(lab, [n.container for n in new], [v for n in new for v in n.volumes], created_net)
             return 1
     log(f"lab {lab.name} up: {len(lab.nodes)} nodes ({len(new)} created) "
         f"in {time.monotonic() - t0:.1f}s")
