@@ -58,6 +58,9 @@ NOT_BUILT = {
     "nvidia-device-plugin-": "refused by the Go module proxy; the lab runs the stand-in tests/hardware/device_plugin",
     "ascend-device-plugin-": "not obtainable here; the lab runs the stand-in tests/hardware/device_plugin",
     "volcano-": "refused by the Go module proxy; the lab validates the rendered objects against its CRDs only",
+    "ceph-csi-": "refused by the Go module proxy; the lab validates the objects roles/k8s_storage renders",
+    "juicefs-": "refused by the Go module proxy; the lab validates the objects roles/k8s_storage renders",
+    "minio-": "AGPL, excluded on these machines; roles/k8s_storage renders its Tenant only",
 }
 ARCH = "amd64"  # the lab builds for this machine only
 # 2000-01-01: file and image timestamps, so rebuilds give the same bytes.

@@ -10,18 +10,42 @@ Asserted against the running cluster:
 - a second run of the storage play changes nothing and keeps every OSD (same ids and uuids);
 - an OSD killed with SIGKILL is marked down by the monitor and comes back up (systemd restarts it);
 - through RGW's S3 API: every seed bucket exists under its owner with the seed's quota; a user's key
-  reaches only its own buckets; a write past a bucket's quota is refused with QuotaExceeded.
+  reaches only its own buckets; a write past a bucket's quota is refused with QuotaExceeded;
+- the Kubernetes side (roles/k8s_storage, on cp1): the ceph-csi Secret holds client.csi-rbd's key and
+  the cluster map the monitor's address; the JuiceFS Secret's keys write to training-data through
+  the gateway; every object the role renders (both backends) passes `kubectl apply --dry-run=server`
+  except the MinIO Tenant (its CRD is MinIO's); a broken StorageClass is refused. The CSI drivers
+  are not run here (the Go module proxy refuses them), so no PVC is bound.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import shlex
+import subprocess
+import sys
 import time
 
 import pytest
 import yaml
-from conftest import LAB_INVENTORY, REPO, group_hosts, on, recap, sh, tail, wait_for
+from conftest import (
+    CONTROL_PLANES,
+    KUBECTL,
+    LAB_INVENTORY,
+    REPO,
+    group_hosts,
+    kubectl_json,
+    on,
+    recap,
+    sh,
+    tail,
+    wait_for,
+)
+
+# roles/k8s_storage's renderer as the unit tests drive it (the same inputs, through the role's render entry point).
+sys.path.insert(0, str(REPO / "tests" / "unit"))
+import test_k8s_storage as storage_render  # noqa: E402
 
 INV = yaml.safe_load((LAB_INVENTORY / "hosts.yml").read_text())["all"]
 STORAGE = group_hosts(INV["children"]["storage"])
@@ -207,3 +231,73 @@ print(json.dumps({
     finally:
         on(RGW, "sudo radosgw-admin bucket rm --bucket it-quota --purge-objects; "
                 "sudo radosgw-admin user rm --uid quota-test")
+
+
+# ---------------------------------------------------------------- the Kubernetes side (roles/k8s_storage)
+
+def secret_data(namespace: str, name: str) -> dict[str, str]:
+    data = kubectl_json(f"-n {namespace} get secret {name}")["data"]
+    return {k: base64.b64decode(v).decode() for k, v in data.items()}
+
+
+def test_the_csi_secret_and_cluster_map_are_the_ceph_clusters(cluster):
+    secret = secret_data("storage", "csi-ceph-secret")
+    key = on_ok(MON, "sudo ceph auth get-key client.csi-rbd").strip()
+    assert secret == {"userID": "csi-rbd", "userKey": key}
+    config = json.loads(kubectl_json("-n storage get configmap ceph-csi-config")["data"]["config.json"])
+    assert config == [{"clusterID": "ceph-ai-platform", "monitors": [f"{RGW_ADDRESS}:6789"]}]
+    classes = {c["metadata"]["name"]: c for c in kubectl_json("get storageclass")["items"]}
+    assert {"ceph-rbd-ssd", "ceph-rbd-hdd", "juicefs-cache"} <= set(classes)
+    assert classes["ceph-rbd-ssd"]["parameters"]["clusterID"] == "ceph-ai-platform"
+
+
+def test_the_juicefs_secret_reaches_its_bucket_through_the_gateway(cluster):
+    secret = secret_data("storage", "juicefs-secret")
+    assert secret["bucket"] == f"{ENDPOINT}/training-data"
+    result = s3(f"""
+c = boto3.client('s3', endpoint_url='{ENDPOINT}', aws_access_key_id={secret['access-key']!r},
+                 aws_secret_access_key={secret['secret-key']!r}, region_name='us-east-1')
+print(json.dumps({{'put': code(lambda: c.put_object(Bucket='training-data', Key='it-jfs', Body=b'x')),
+                  'delete': code(lambda: c.delete_object(Bucket='training-data', Key='it-jfs'))}}))
+""")
+    assert result == {"put": "ok", "delete": "ok"}
+
+
+def dry_run(objects: list[dict]) -> subprocess.CompletedProcess:
+    """kubectl apply --dry-run=server of the objects on the first control plane."""
+    text = yaml.safe_dump_all(objects)
+    encoded = base64.b64encode(text.encode()).decode()
+    return on(CONTROL_PLANES[0], f"echo {encoded} | base64 -d > /tmp/it-storage.yml && "
+                                 f"{KUBECTL} apply --dry-run=server -f /tmp/it-storage.yml; rc=$?; "
+                                 "rm -f /tmp/it-storage.yml; exit $rc")
+
+
+def test_every_rendered_object_passes_server_side_validation(cluster, tmp_path):
+    """What roles/k8s_storage renders for both backends (the unit tests' inputs), MinIO's included, except the
+    Tenant itself: its CRD is MinIO's (AGPL, not here); its pool's claim template is validated as a PVC."""
+    objects = []
+    for name, over in (("rgw", {}), ("minio", storage_render.MINIO)):
+        (tmp_path / name).mkdir()
+        rendered, secrets = storage_render.render(tmp_path / name, **over)
+        for group in ("objects", "training_data_pvc", "minio", "minio_validation"):
+            objects += rendered.get(group) or []
+        for group in ("drivers", "minio"):
+            objects += secrets.get(group) or []
+    kinds = {o["kind"] for o in objects}
+    assert {"StorageClass", "ConfigMap", "Secret", "PersistentVolumeClaim", "Job", "Tenant"} <= kinds, kinds
+    checked = [o for o in objects if o["kind"] != "Tenant"]
+    for o in checked:  # PVCs and Jobs go to the namespace that exists in the lab
+        if o["kind"] in ("PersistentVolumeClaim", "Job"):
+            o["metadata"]["namespace"] = "storage"
+    proc = dry_run(checked)
+    assert proc.returncode == 0, tail(proc)
+    assert proc.stdout.count("(server dry run)") == len(checked), proc.stdout
+
+
+def test_a_broken_storageclass_is_refused_by_the_api(cluster, tmp_path):
+    rendered, _ = storage_render.render(tmp_path)
+    broken = next(o for o in rendered["objects"] if o["kind"] == "StorageClass")
+    broken = {**broken, "metadata": {"name": "it-broken"}, "reclaimPolicy": "Sometimes"}
+    proc = dry_run([broken])
+    assert proc.returncode != 0
+    assert "reclaimPolicy" in proc.stdout + proc.stderr, tail(proc)

@@ -38,6 +38,7 @@ LAYERS = {
     "device_plugins.yml": "device_plugins",
     "queues.yml": "queues",
     "monitoring.yml": "monitoring",
+    "storage.yml": "storage",
 }
 LAYER_TAGS = sorted(t for t in LAYERS.values() if t)
 ROLE_TAGS = ["dcgm", "nvidia_container_toolkit", "nvidia_driver"]  # within the nvidia layer

@@ -141,7 +141,8 @@ class Ceph:
             return ''
         rc, out, err = self.module.run_command(argv)
         if rc != 0:
-            self.module.fail_json(msg='%s failed (rc %d): %s' % (' '.join(argv), rc, err.strip()), commands=self.commands)
+            self.module.fail_json(msg='%s failed (rc %d): %s' % (' '.join(argv), rc, err.strip()),
+                                  commands=self.commands)
         return out
 
 
@@ -149,8 +150,8 @@ def device_classes(ceph, wanted):
     tree = ceph.read('osd', 'tree')
     # An OSD that has not booted yet is a stray, outside any host bucket.
     current = {str(n['id']): n.get('device_class') for n in tree['nodes'] + tree.get('stray', []) if n['type'] == 'osd'}
-    for osd_id, device_class in sorted(wanted.items()):
-        osd_id = str(osd_id)
+    for key, device_class in sorted(wanted.items()):
+        osd_id = str(key)
         if osd_id not in current:
             ceph.module.fail_json(msg='osd.%s is not in the CRUSH map' % osd_id, commands=ceph.commands)
         if current[osd_id] != device_class:
