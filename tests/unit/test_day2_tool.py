@@ -261,7 +261,7 @@ def test_patterns_that_take_capacity_are_bounded_and_spare_control_planes(capsys
     """`--node all` or a pattern must not drain the cluster (issue 13, item 2): more hosts than
     --max-nodes (default 1) and control planes without --allow-control-plane are refused (exit 3)
     before anything runs."""
-    with pytest.raises(BadInput, match=r"selects 6 hosts .* more than --max-nodes 1"):
+    with pytest.raises(BadInput, match=r"selects 7 hosts .* more than --max-nodes 1"):
         cli.check_hosts(LAB, ["all"], max_nodes=1, allow_control_plane=False)
     with pytest.raises(BadInput, match="control-plane hosts cp1"):
         cli.check_hosts(LAB, ["cp1", "gpu1"], max_nodes=5, allow_control_plane=False)
