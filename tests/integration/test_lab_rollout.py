@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import CONTROL_PLANES, LABCTL, WORKERS, sh, tail
+from conftest import INV, LABCTL, group_hosts, sh, tail
 
 FIXTURES = Path(__file__).resolve().parent / "lab_fixtures"
 
@@ -53,4 +53,5 @@ def test_failed_profile_hook_leaves_no_node_behind():
 def test_up_again_changes_nothing(lab):
     proc = sh(*LABCTL, "up")
     assert proc.returncode == 0, tail(proc)
-    assert f"{len(CONTROL_PLANES + WORKERS)} nodes (0 created)" in proc.stdout, proc.stdout
+    # Every node of the lab inventory, the storage node included.
+    assert f"{len(group_hosts(INV))} nodes (0 created)" in proc.stdout, proc.stdout
