@@ -301,3 +301,17 @@ def test_a_broken_storageclass_is_refused_by_the_api(cluster, tmp_path):
     proc = dry_run([broken])
     assert proc.returncode != 0
     assert "reclaimPolicy" in proc.stdout + proc.stderr, tail(proc)
+
+
+def test_juicefs_metadata_redis_takes_only_the_secrets_password_and_keeps_every_key(cluster):
+    """The JuiceFS Secret's metaurl reaches the Redis roles/juicefs_metadata set up on the storage node."""
+    metaurl = secret_data("storage", "juicefs-secret")["metaurl"]
+    password, address = metaurl.removeprefix("redis://:").split("@", 1)
+    host, port = address.split("/", 1)[0].split(":")
+    base = f"redis-cli -h {host} -p {port} --no-auth-warning"
+    assert on_ok(RGW, f"REDISCLI_AUTH={shlex.quote(password)} {base} PING").strip() == "PONG"
+    assert "NOAUTH" in on(RGW, f"{base} PING").stdout + on(RGW, f"{base} PING").stderr
+    config = on_ok(RGW, f"REDISCLI_AUTH={shlex.quote(password)} {base} CONFIG GET maxmemory-policy").split()
+    assert config == ["maxmemory-policy", "noeviction"]
+    aof = on_ok(RGW, f"REDISCLI_AUTH={shlex.quote(password)} {base} CONFIG GET appendonly").split()
+    assert aof == ["appendonly", "yes"]

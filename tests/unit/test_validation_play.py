@@ -24,7 +24,8 @@ CANN = r'^(\d+\.\d+\.(RC\d+|\d+)(\.\d+)?)?$'
 DRIVER = r'^\d{3}\.\d{2,3}(\.\d{2,3})?$'
 # The sample inventory ships a placeholder VRRP password the validation refuses: runs that
 # use the sample for something else give a real-looking one.
-SAMPLE_SECRET = ('-e', 'k8s_control_plane_vrrp_password=9fQ2vR7x')
+SAMPLE_SECRET = ('-e', 'k8s_control_plane_vrrp_password=9fQ2vR7x',
+                 '-e', 'juicefs_metadata_password=Hq3m8vZt')
 
 CASES = {
     'missing_worker_group': ['group k8s_worker: required group is missing from the inventory'],
@@ -253,6 +254,8 @@ def test_the_sample_placeholder_secret_is_refused():
     assert proc.returncode == 2
     assert validation_result(report)['errors'] == [
         'group k8s_control_plane: k8s_control_plane_vrrp_password is a placeholder, not a secret: set a real one '
+        '(keep it in Ansible Vault)',
+        'group storage: juicefs_metadata_password is a placeholder, not a secret: set a real one '
         '(keep it in Ansible Vault)']
 
 
