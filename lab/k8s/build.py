@@ -432,6 +432,21 @@ def queue_image_recipes(manifest: manifestlib.Manifest, bins: dict[str, Path]) -
                         {"/manager": bins["kueue-manager"]}, ["/manager"], user="65532:65532")]
 
 
+# The Stargz snapshotter (roles/stargz_snapshotter): the proxy does not serve upstream's `cmd`
+# module (never tagged), so containerd-stargz-grpc's main is the lab's (lab/k8s/stargz/main.go) on
+# the root module's packages at the manifest's version; published in the release archive's slot.
+STARGZ_MODULE = "github.com/containerd/stargz-snapshotter"
+
+
+def storage_recipes(manifest: manifestlib.Manifest) -> list[GoRecipe]:
+    version = manifest.get("stargz-snapshotter").version
+    return [GoRecipe("stargz-snapshotter", version,
+                     {STARGZ_MODULE: version, "github.com/pelletier/go-toml": "v1.9.5",
+                      "github.com/coreos/go-systemd/v22": "v22.7.0"},
+                     {"containerd-stargz-grpc": "."}, [f"-X {STARGZ_MODULE}/version.Version={version}"],
+                     main_module=STARGZ_MODULE, files={"main.go": (HERE / "stargz" / "main.go").read_text()})]
+
+
 # Lab-only programs from tests/hardware (never production artifacts): built like the components
 # above, imaged and pushed to the lab registry under ai-l1-lab/ (lab/mirror/mirror.py).
 HARDWARE = REPO / "tests" / "hardware"
@@ -446,6 +461,11 @@ def lab_go_recipes(v: dict[str, str]) -> list[GoRecipe]:
                  {"k8s.io/kubelet": staging, "google.golang.org/grpc": "v1.72.1"},
                  {"ai-l1-device-plugin": "."}, main_module="k8s.io/kubelet",
                  files={"main.go": plugin_src.read_text()}),
+        # Converts lab images to eStargz in the lab registry (lab/mirror/mirror.py).
+        GoRecipe("lab-estargz-convert", "v0.1.0",
+                 {f"{STARGZ_MODULE}/estargz": "v0.19.1", "github.com/google/go-containerregistry": "v0.22.1"},
+                 {"ai-l1-estargz-convert": "."}, main_module=f"{STARGZ_MODULE}/estargz",
+                 files={"main.go": (HERE / "estargz" / "main.go").read_text()}),
     ]
 
 
@@ -698,6 +718,9 @@ def build_archives(v: dict[str, str], recipes: dict[str, GoRecipe]) -> dict[str,
     top = f"etcd-{etcd.version}-linux-{ARCH}"
     dest = etcd.root / "dist" / f"{top}.tar.gz"
     out["etcd"] = (dest, [(f"{top}/{n}", etcd.root / "bin" / n) for n in ("etcd", "etcdctl", "etcdutl")])
+    stargz = recipes["stargz-snapshotter"]
+    dest = stargz.root / "dist" / f"stargz-snapshotter-{stargz.version}-linux-{ARCH}.tar.gz"
+    out["stargz-snapshotter"] = (dest, [(n, stargz.root / "bin" / n) for n in sorted(stargz.binaries)])
     result = {}
     for name, (dest, members) in out.items():
         key = digest([(a, sha256_file(p)) for a, p in members])
@@ -886,6 +909,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", action="append",
                         choices=["kubernetes", "etcd", "coredns", "cni-plugins", *MONITORING_COMPONENTS, "kueue",
+                                 "stargz-snapshotter",
                                  *BENCH_COMPONENTS],
                         help="build only these Go components (no images, no record); the benchmark tools "
                              f"({', '.join(BENCH_COMPONENTS)}) are built this way only")
@@ -900,7 +924,8 @@ def main(argv: list[str] | None = None) -> int:
             gover = go_version()
             # The benchmark tools (bench_go_recipes) only with --only: never in a full build or its record.
             recipes = {r.component: r for r in [*go_recipes(v), *monitoring_recipes(manifest),
-                                                 *queue_recipes(manifest), *(bench_go_recipes() if args.only else [])]}
+                                                 *queue_recipes(manifest), *storage_recipes(manifest),
+                                                 *(bench_go_recipes() if args.only else [])]}
             results = []
             for name, recipe in recipes.items():
                 if args.only and name not in args.only:
@@ -923,6 +948,9 @@ def main(argv: list[str] | None = None) -> int:
                        *((r, build_image(r)) for r in queue_image_recipes(manifest, bins)),
                        build_receiver(manifest), build_gpuquota_controller(manifest)]
             record = {"arch": ARCH, "versions": v, "artifacts": {},
+                      # Lab tooling run by lab/mirror/mirror.py (the eStargz converter).
+                      "lab_tools": {n: str(r.root / "bin" / n) for r in lab_go_recipes(v) for n in r.binaries
+                                    if n == "ai-l1-estargz-convert"},
                       "lab_images": {r.artifact: {"image": r.ref, "target": f"ai-l1-{r.name}:{r.tag}"}
                                      for r, _ in lab_images}}
             for name in ("kubeadm", "kubelet", "kubectl"):

@@ -303,6 +303,17 @@ def test_a_switched_off_role_is_not_checked_and_its_switch_is_no_typo():
         'host gpu1: role k8s_device_plugins: missing required arguments: k8s_device_plugins_api_host']
 
 
+def test_a_role_switched_on_by_a_value_is_checked_only_where_the_variable_has_it():
+    spec = iv.RoleSpec('k8s_worker', PLUGINS_SPEC, enabled_by='containerd_snapshotter=stargz')
+    hv = hostvars(**{h: {'containerd_snapshotter': 'overlayfs'} for h in GROUPS['all']})
+    assert iv.validate_inventory(GROUPS, hv, role_specs={'k8s_device_plugins': spec}) == []
+    hv['gpu1']['containerd_snapshotter'] = 'stargz'
+    assert iv.validate_inventory(GROUPS, hv, role_specs={'k8s_device_plugins': spec}) == [
+        'host gpu1: role k8s_device_plugins: missing required arguments: k8s_device_plugins_api_host']
+    # The switch is read (never "not read by any role"); its name, not name=value, is no typo.
+    assert iv._switch_name('containerd_snapshotter=stargz') == 'containerd_snapshotter'
+
+
 def test_a_variable_with_its_own_rule_is_no_typo():
     hv = hostvars(**{h: {'k8s_node_address': '192.0.2.1'} for h in GROUPS['all']})
     role_specs = {'k8s_node': iv.RoleSpec('all', NODE_SPEC)}

@@ -404,7 +404,8 @@ class RoleSpec(NamedTuple):
     ``options`` is the role's argument spec (or an error message when it has none).
     ``set_by_playbook`` names options the play passes to the role itself (role vars win over the
     inventory), so the inventory need not give them and a value it gives would be ignored.
-    ``enabled_by`` names a boolean variable without which the play skips the role on a host.
+    ``enabled_by`` names a boolean variable without which the play skips the role on a host, or
+    ``name=value``: the role runs where that variable has that value.
     ``day2``: a day-2 playbook runs the role, not site.yml. Its arguments (every entry point's)
     are variables an inventory may set, checked for typos and ``set_by_playbook`` only: each
     day-2 run validates them when the role starts.
@@ -416,11 +417,21 @@ class RoleSpec(NamedTuple):
     day2: bool = False
 
 
+def _switch_name(switch):
+    """The variable an ``enabled_by`` names: ``flag`` or ``name=value``."""
+    return switch.split('=', 1)[0] if switch else switch
+
+
 def _enabled(hostvars, host, switch):
     if not switch:
         return True
-    value = _get(hostvars, host, switch)
-    return value is not UNDEFINED and not isinstance(value, tuple) and str(value).lower() in ('true', 'yes', '1', 'on')
+    name, _, want = switch.partition('=')
+    value = _get(hostvars, host, name)
+    if value is UNDEFINED or isinstance(value, tuple):
+        return False
+    if want:
+        return str(value) == want
+    return str(value).lower() in ('true', 'yes', '1', 'on')
 
 
 def _whitespace(params, options, known):
@@ -471,7 +482,7 @@ def check_role_specs(groups, hostvars, role_specs, known=(), typos=None):
                     found.append((host, f'{name} is set by the playbook that runs role {role}; '
                                         'the inventory value would be ignored', scope))
                 # A misspelt role variable is silently ignored by the role: catch it here.
-                elif (name not in options and name not in known and name != enabled_by
+                elif (name not in options and name not in known and name != _switch_name(enabled_by)
                       and role_owner(name, role_specs) == role):
                     close = difflib.get_close_matches(name, list(from_inventory), n=1)
                     hint = f' (did you mean {close[0]}?)' if close else ''
@@ -489,7 +500,7 @@ def read_variables(rules, role_specs):
             read.update(spec.options)
         read.update(spec.set_by_playbook)
         if spec.enabled_by:
-            read.add(spec.enabled_by)
+            read.add(_switch_name(spec.enabled_by))
     return read
 
 

@@ -102,7 +102,7 @@ options:
         over the inventory, so they are not required from it, and an inventory value for one is
         reported because it would be ignored.
       - C(enabled_by) names a variable; hosts where it is not true skip the role and are not
-        checked against it.
+        checked against it. C(name=value) instead enables the role where that variable has that value.
       - C(day2) true marks a role a day-2 playbook runs (not the rollout); its options are known
         (an inventory may set them) and checked for typos and C(set_by_playbook) only.
       - A role without C(meta/argument_specs.yml) is an error.
