@@ -9,7 +9,9 @@ image plus a layer of --size-mib of incompressible files (a model's weights, say
 lab registry, and converts it to eStargz with the lab's converter (lab/k8s/estargz). Then, per run
 and node, the image is removed from the node and a Pod that reads one small file starts; the time
 from the Pod's creation to its container running is printed, with the bytes the node fetched
-(overlayfs: the whole image; Stargz: what each remote layer's state file reports at start).
+(Stargz: what its remote layers' state files report at start; overlayfs fetches the whole image).
+The cases are interleaved, and the host's page cache is dropped before each start (--page-cache
+drop, the default), so every pull reads the registry's blobs from disk, not from memory.
 
 The figures are the lab's: registry and nodes share one 2-core machine, so a pull costs CPU
 (decompressing, unpacking) more than network. No assertion on times.
@@ -39,6 +41,14 @@ NODES = {"overlayfs": "gpu1", "stargz": "gpu2"}
 NS = "stargz-bench"
 BUILD_RECORD = Path(os.environ.get("AI_L1_CACHE", "/var/cache/ai-l1")) / "k8s" / "lab-build.json"
 STARGZ_ROOT = "/var/lib/containerd/io.containerd.snapshotter.v1.stargz"
+# Shell on a node: remove every image reference that points at {image}'s manifest; fails while any is left.
+REMOVE_IMAGE = """
+digest=$(ctr -n k8s.io images ls | awk -v ref='{image}' '$1 == ref {{print $3}}')
+[ -z "$digest" ] && exit 0
+refs=$(ctr -n k8s.io images ls | awk -v d="$digest" '$3 == d {{print $1}}')
+ctr -n k8s.io images rm --sync $refs >/dev/null
+! ctr -n k8s.io images ls | awk -v d="$digest" '$3 == d' | grep -q .
+"""
 
 
 def sh(*cmd: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
@@ -56,8 +66,8 @@ def build_image(size_mib: int) -> tuple[str, str]:
     """The large image (tag by size) and its eStargz copy, in the lab registry; reused when present."""
     tag = f"{size_mib}m"
     plain, lazy = f"{REPO}:{tag}", f"{REPO}:{tag}-estargz"
-    have = sh("curl", "-sf", "-o", "/dev/null", f"http://{REGISTRY_HOST}/v2/{REPO}/manifests/{tag}-estargz",
-              check=False)
+    have = sh("curl", "-sf", "-o", "/dev/null", "-H", "Accept: application/vnd.oci.image.manifest.v1+json",
+              f"http://{REGISTRY_HOST}/v2/{REPO}/manifests/{tag}-estargz", check=False)
     if have.returncode == 0:
         return plain, lazy
     with tempfile.TemporaryDirectory() as tmp:
@@ -100,11 +110,19 @@ def fetched_at_start(node: str, digests: set[str]) -> tuple[int, int]:
     return sum(s["fetchedSize"] for s in mine), sum(s["size"] for s in mine)
 
 
+def remove_image(node: str, image: str) -> None:
+    """The image off the node, so the next Pod pulls it again: every reference to its manifest
+    (the tag, repo@digest and CRI's sha256:<id>; CRI follows containerd's image events), then
+    --sync: its blobs and snapshots are collected before ctr returns."""
+    proc = on(node, REMOVE_IMAGE.format(image=image), check=False)
+    if proc.returncode != 0:
+        sys.exit(f"{image} still on {node}: {proc.stdout}{proc.stderr}")
+
+
 def start(core, name: str, node: str, image: str, lazy: bool) -> tuple[float, tuple[int, int] | None]:
     from kubernetes import client  # noqa: PLC0415
 
-    on(node, f"crictl rmpods -f $(crictl pods -q --namespace {NS}) >/dev/null 2>&1; "
-             f"crictl rmi {image} >/dev/null 2>&1; true", check=False)
+    remove_image(node, image)
     t0 = time.monotonic()
     core.create_namespaced_pod(NS, pod(name, node, image))
     while True:
@@ -131,13 +149,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size-mib", type=int, default=1024, help="size of the image's large layer (default 1024)")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--page-cache", choices=["drop", "keep"], default="drop",
+                        help="drop the host's page cache before each start (default; needs root): the registry "
+                             "then reads the image from disk as a first pull would, instead of from memory")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     from kubernetes import client, config  # noqa: PLC0415
 
     plain, lazy = build_image(args.size_mib)
     with tempfile.TemporaryDirectory() as tmp:
-        kubeconfig = fetch_kubeconfig(INVENTORY / "hosts.yml", "cp1", Path(tmp) / "admin.conf")
+        kubeconfig = fetch_kubeconfig(INVENTORY, "cp1", Path(tmp) / "admin.conf")
         core = client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))
     try:
         core.create_namespace({"metadata": {"name": NS}})
@@ -147,22 +168,30 @@ def main() -> int:
     cases = [("overlayfs", NODES["overlayfs"], f"{REGISTRY_NODE}/{plain}"),
              ("overlayfs, eStargz image", NODES["overlayfs"], f"{REGISTRY_NODE}/{lazy}"),
              ("stargz, eStargz image", NODES["stargz"], f"{REGISTRY_NODE}/{lazy}")]
-    rows = []
-    print(f"image: {args.size_mib} MiB of weights over the workload image; {args.runs} runs each", flush=True)
-    for label, node, image in cases:
-        times, fetched = [], []
-        for i in range(args.runs):
+    cold = args.page_cache == "drop"
+    print(f"image: {args.size_mib} MiB of weights over the workload image; {args.runs} runs of each case, "
+          f"cases interleaved; page cache {'dropped before each start (registry reads from disk)' if cold else 'kept'}",
+          flush=True)
+    times = {label: [] for label, _, _ in cases}
+    fetched = []
+    for i in range(args.runs):
+        for label, node, image in cases:
+            if cold:
+                Path("/proc/sys/vm/drop_caches").write_text("1\n")
             elapsed, state = start(core, f"bench-{i}", node, image, lazy=node == NODES["stargz"])
-            times.append(elapsed)
+            times[label].append(elapsed)
             if state:
                 fetched.append(state)
-        row = {"case": label, "node": node, "image": image, "start_s": [round(t, 2) for t in times],
-               "median_s": round(statistics.median(times), 2)}
+    rows = []
+    for label, node, image in cases:
+        row = {"case": label, "node": node, "image": image, "page_cache": args.page_cache,
+               "start_s": [round(t, 2) for t in times[label]], "median_s": round(statistics.median(times[label]), 2)}
         note = ""
-        if fetched:
+        if node == NODES["stargz"] and fetched:
             row["fetched_bytes_at_start"] = [f for f, _ in fetched]
             row["remote_layer_bytes"] = fetched[-1][1]
-            note = f"   fetched at start {fetched[-1][0] / 2**20:.1f} of {fetched[-1][1] / 2**20:.1f} MiB"
+            median_fetched = statistics.median(f for f, _ in fetched)
+            note = f"   fetched at start {median_fetched / 2**20:.1f} of {fetched[-1][1] / 2**20:.1f} MiB"
         rows.append(row)
         print(f"{label:<26} on {node}: median {row['median_s']:6.2f} s   runs {row['start_s']}{note}", flush=True)
     core.delete_namespace(NS)

@@ -19,11 +19,15 @@ network (tests/bench/stargz_bench.py prints the lab's Pod start times side by si
 from __future__ import annotations
 
 import json
+import sys
 import time
 
 import pytest
-from conftest import CONTROL_PLANES, LAB_INVENTORY, on, tail
+from conftest import CONTROL_PLANES, LAB_INVENTORY, REPO, on, tail
 from remediation_lab import fetch_kubeconfig
+
+sys.path.insert(0, str(REPO / "tests" / "bench"))
+from stargz_bench import REMOVE_IMAGE  # noqa: E402 (one way to take an image off a node)
 
 NS = "stargz-test"
 REGISTRY = "10.89.100.1:5000"
@@ -99,7 +103,8 @@ def start_fresh(core, name: str, node: str) -> None:
             if exc.status == 404:
                 break
         time.sleep(1)
-    on(node, f"crictl rmi {IMAGE} >/dev/null 2>&1 || true")
+    removed = on(node, REMOVE_IMAGE.format(image=IMAGE))
+    assert removed.returncode == 0, f"{IMAGE} still on {node}: {tail(removed)}"
     core.create_namespaced_pod(NS, pod(name, node))
     end = time.monotonic() + 240
     status = None
