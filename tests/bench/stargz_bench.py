@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -31,7 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
-from remediation_lab import fetch_kubeconfig  # noqa: E402
+from remediation_lab import ensure_namespace, fetch_kubeconfig  # noqa: E402
 
 INVENTORY = ROOT / "inventories" / "lab"
 REGISTRY_HOST, REGISTRY_NODE = "127.0.0.1:5000", "10.89.100.1:5000"
@@ -41,13 +42,16 @@ NODES = {"overlayfs": "gpu1", "stargz": "gpu2"}
 NS = "stargz-bench"
 BUILD_RECORD = Path(os.environ.get("AI_L1_CACHE", "/var/cache/ai-l1")) / "k8s" / "lab-build.json"
 STARGZ_ROOT = "/var/lib/containerd/io.containerd.snapshotter.v1.stargz"
-# Shell on a node: remove every image reference that points at {image}'s manifest; fails while any is left.
-REMOVE_IMAGE = """
-digest=$(ctr -n k8s.io images ls | awk -v ref='{image}' '$1 == ref {{print $3}}')
-[ -z "$digest" ] && exit 0
-refs=$(ctr -n k8s.io images ls | awk -v d="$digest" '$3 == d {{print $1}}')
+# Shell on a node: remove every reference to the manifests of the images whose reference matches the
+# extended regular expression {pattern} (the tag, repo@digest, CRI's sha256:<id>); fails while any is left.
+REMOVE_IMAGES = """
+digests=$(ctr -n k8s.io images ls | awk -v re='{pattern}' '$1 ~ re {{print $3}}' | sort -u)
+[ -z "$digests" ] && exit 0
+refs=$(ctr -n k8s.io images ls | awk -v ds="$digests" 'BEGIN {{split(ds, d, "\\n"); for (i in d) want[d[i]] = 1}}
+                                                      want[$3] {{print $1}}')
 ctr -n k8s.io images rm --sync $refs >/dev/null
-! ctr -n k8s.io images ls | awk -v d="$digest" '$3 == d' | grep -q .
+! ctr -n k8s.io images ls | awk -v ds="$digests" 'BEGIN {{split(ds, d, "\\n"); for (i in d) want[d[i]] = 1}}
+                                                  want[$3]' | grep -q .
 """
 
 
@@ -114,7 +118,7 @@ def remove_image(node: str, image: str) -> None:
     """The image off the node, so the next Pod pulls it again: every reference to its manifest
     (the tag, repo@digest and CRI's sha256:<id>; CRI follows containerd's image events), then
     --sync: its blobs and snapshots are collected before ctr returns."""
-    proc = on(node, REMOVE_IMAGE.format(image=image), check=False)
+    proc = on(node, REMOVE_IMAGES.format(pattern="^" + re.escape(image) + "$"), check=False)
     if proc.returncode != 0:
         sys.exit(f"{image} still on {node}: {proc.stdout}{proc.stderr}")
 
@@ -160,11 +164,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         kubeconfig = fetch_kubeconfig(INVENTORY, "cp1", Path(tmp) / "admin.conf")
         core = client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))
-    try:
-        core.create_namespace({"metadata": {"name": NS}})
-    except client.ApiException as exc:
-        if exc.status != 409:
-            raise
+    ensure_namespace(core, NS)
     cases = [("overlayfs", NODES["overlayfs"], f"{REGISTRY_NODE}/{plain}"),
              ("overlayfs, eStargz image", NODES["overlayfs"], f"{REGISTRY_NODE}/{lazy}"),
              ("stargz, eStargz image", NODES["stargz"], f"{REGISTRY_NODE}/{lazy}")]

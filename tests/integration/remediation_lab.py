@@ -43,6 +43,26 @@ def fetch_kubeconfig(inventory: Path, control_plane: str, dest: Path) -> Path:
     return dest
 
 
+def ensure_namespace(core, name: str, timeout: float = 180) -> None:
+    """Create namespace `name` (CoreV1Api core), or keep it; an earlier run's namespace that is still
+    terminating refuses new objects, so wait until it is gone first."""
+    from kubernetes import client  # noqa: PLC0415
+
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            core.create_namespace({"metadata": {"name": name}})
+            return
+        except client.ApiException as exc:
+            if exc.status != 409:
+                raise
+        if core.read_namespace(name).status.phase != "Terminating":
+            return
+        if time.monotonic() > end:
+            raise RuntimeError(f"namespace {name} still terminating after {timeout:.0f} s")
+        time.sleep(2)
+
+
 class Api:
     """The lab's API server from the controller (the same kubeconfig the receiver uses)."""
 
