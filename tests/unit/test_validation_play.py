@@ -50,7 +50,8 @@ CASES = {
     'missing_k8s_version': ['group all: k8s_version is required but not defined'],
     'undefined_template': ["group all: k8s_pod_cidr cannot be templated: 'pod_range' is undefined"],
     'role_var_missing': [
-        'groups k8s_control_plane, k8s_worker, storage: role common: missing required arguments: common_chrony_servers'],
+        'groups k8s_control_plane, k8s_worker, storage: role common: missing required arguments: '
+        'common_chrony_servers'],
     'role_var_wrong_type': [
         "host gpu1: role common: argument 'common_hugepages_2m' is of type str and we were unable to convert to int: "
         "\"'lots'\" cannot be converted to an int"],
