@@ -425,11 +425,11 @@ def _switch_name(switch):
 def _enabled(hostvars, host, switch):
     if not switch:
         return True
-    name, _, want = switch.partition('=')
+    name, equals, want = switch.partition('=')
     value = _get(hostvars, host, name)
     if value is UNDEFINED or isinstance(value, tuple):
         return False
-    if want:
+    if equals:
         return str(value) == want
     return str(value).lower() in ('true', 'yes', '1', 'on')
 
