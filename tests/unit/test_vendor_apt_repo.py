@@ -162,8 +162,9 @@ DRIVER = [{'name': 'nvidia-driver', 'version': '{{ t_version }}', 'match': 'upst
            'variable': 'nvidia_driver_version', 'pin': ['nvidia-driver', 'libnvidia-ml1']},
           {'name': 'nvidia-container-toolkit', 'version': '1.17.8-1', 'pin': []}]
 DCGM = [{'name': 'datacenter-gpu-manager', 'version': '1:3.3.9', 'variable': 'dcgm_version'}]
-# The names of the role's tasks whose rest is templated.
-TEMPLATED = ('Pin', 'Add the repository', 'Download the repository signing key to', 'Refresh only the index of')
+# The role is one task (the module); its name is templated.
+TASK = 'Repository'
+TEMPLATED = (TASK,)
 HOSTS = {
     # host -> (manage the source, packages, local index at the start, a source list another role added)
     'fresh': (True, DRIVER, None, False),
@@ -220,8 +221,16 @@ def lab(tmp_path_factory):
     return tmp, run
 
 
-def _changed(tasks, host):
-    return sorted(name for name, hosts in tasks.items() if hosts.get(host, {}).get('changed'))
+def _changed(tmp, tasks, host):
+    """The files the module wrote on host, relative to its root; [] when it reported no change."""
+    result = tasks[TASK][host]
+    assert result['changed'] == bool(result['changes'])
+    return sorted(str(Path(path).relative_to(tmp / host)) for path in result['changes'])
+
+
+def _result(tasks, host):
+    result = tasks['Show the result'][host]['vendor_apt_repo_result']
+    return {key: result[key] for key in ('pending', 'versions')}
 
 
 def _updates(tmp, host):
@@ -236,8 +245,9 @@ def test_the_role_on_fresh_and_converged_hosts(lab):
     assert stats['upgrade'] == stats['fresh']
 
     # A fresh host: key, source entry and pins written; only this source's index refreshed, once.
-    assert _changed(tasks, 'fresh') == ['Add the repository', 'Create the APT keyring directory',
-                                        'Download the repository signing key to', 'Pin']
+    assert _changed(tmp, tasks, 'fresh') == ['etc/keyrings', 'etc/keyrings/test-repo.asc',
+                                             'etc/preferences.d/test-pins', 'etc/sources.list.d/test-repo.list']
+    assert tasks[TASK]['fresh']['refreshed'] is True
     assert (root / 'etc/keyrings/test-repo.asc').read_text() == (root / 'key.asc').read_text()
     assert _updates(tmp, 'fresh') == [
         'update -o Dir::Etc::sourcelist=sources.list.d/test-repo.list -o Dir::Etc::sourceparts=- '
@@ -248,12 +258,12 @@ def test_the_role_on_fresh_and_converged_hosts(lab):
     pins = (root / 'etc/preferences.d/test-pins').read_text()
     assert pins.endswith('Change nvidia_driver_version to upgrade.\n'
                          'Package: nvidia-driver libnvidia-ml1\nPin: version 550.54.15-1\nPin-Priority: 1001\n')
-    assert tasks['Show the result']['fresh']['vendor_apt_repo_result'] == {
+    assert _result(tasks, 'fresh') == {
         'pending': False, 'versions': {'nvidia-driver': '550.54.15-1', 'nvidia-container-toolkit': '1.17.8-1'}}
 
     # A version the repository does not have: refused after one refresh, naming what the index has.
     assert stats['missing']['failures'] == 1
-    assert tasks['Refuse a version the repository does not have']['missing']['msg'] == (
+    assert tasks[TASK]['missing']['msg'] == (
         f"test_owner: the repository file://{tmp}/missing/repo/ ({tmp}/missing/etc/sources.list.d/test-repo.list) "
         "has no nvidia-driver 550.99.99-<revision> (nvidia_driver_version): the index has 550.127.05-1, "
         "550.54.15-1, 535.183.01-1")
@@ -261,7 +271,7 @@ def test_the_role_on_fresh_and_converged_hosts(lab):
     assert not (tmp / 'missing/etc/preferences.d/test-pins').exists()
 
     # A source another role added, whose index lacks the pin: refreshed, pinned; its files untouched.
-    assert _changed(tasks, 'external') == ['Pin']
+    assert _changed(tmp, tasks, 'external') == ['etc/preferences.d/test-pins']
     assert len(_updates(tmp, 'external')) == 1
     assert (tmp / 'external/etc/sources.list.d/test-repo.list').read_text() == 'deb [signed-by=x] file:/elsewhere/ /\n'
     assert not (tmp / 'external/etc/keyrings').exists()
@@ -269,7 +279,7 @@ def test_the_role_on_fresh_and_converged_hosts(lab):
         tmp / 'external/etc/preferences.d/test-pins').read_text()
 
     # ... and without it: refused with the caller's hint, nothing refreshed.
-    assert tasks['Refuse a version the repository does not have']['external-missing']['msg'] == (
+    assert tasks[TASK]['external-missing']['msg'] == (
         f"test_owner: the package index (there is no {tmp}/external-missing/etc/sources.list.d/test-repo.list) has no "
         "datacenter-gpu-manager 1:3.3.9 (dcgm_version): the index has none of it. apply the other role first")
     assert _updates(tmp, 'external-missing') == []
@@ -279,7 +289,8 @@ def test_the_role_on_fresh_and_converged_hosts(lab):
     (tmp / 'upgrade/version').write_text('550.127.05')
     tasks, stats = run('--limit', 'fresh,external,upgrade')
     assert stats['fresh']['changed'] == stats['external']['changed'] == 0
-    assert _changed(tasks, 'upgrade') == ['Pin']
+    assert _changed(tmp, tasks, 'upgrade') == ['etc/preferences.d/test-pins']
+    assert tasks[TASK]['upgrade']['refreshed'] is tasks[TASK]['fresh']['refreshed'] is False
     assert 'Pin: version 550.127.05-1\n' in (tmp / 'upgrade/etc/preferences.d/test-pins').read_text()
     assert tasks['Show the result']['upgrade']['vendor_apt_repo_result']['versions']['nvidia-driver'] == '550.127.05-1'
     assert len(_updates(tmp, 'fresh')) == len(_updates(tmp, 'external')) == len(_updates(tmp, 'upgrade')) == 1
@@ -288,14 +299,16 @@ def test_the_role_on_fresh_and_converged_hosts(lab):
     (tmp / 'check-fresh/version').write_text('550.127.05')
     tasks, stats = run('--limit', 'fresh,check-fresh', '--check')
     assert stats['fresh']['changed'] == 0 and stats['check-fresh']['failures'] == 0
-    assert tasks['Show the result']['fresh']['vendor_apt_repo_result']['pending'] is False
-    assert tasks['Show the result']['check-fresh']['vendor_apt_repo_result'] == {
+    assert _result(tasks, 'fresh')['pending'] is False
+    assert _result(tasks, 'check-fresh') == {
         'pending': True, 'versions': {'nvidia-driver': '', 'nvidia-container-toolkit': ''}}
     check = tmp / 'check-fresh'
-    assert tasks['Report what the check run cannot predict']['check-fresh']['msg'] == (
+    assert tasks[TASK]['check-fresh']['msg'] == (
         f'Check mode: file://{check}/repo/ would be added as {check}/etc/sources.list.d/test-repo.list; '
         'nvidia-driver 550.127.05-<revision> (nvidia_driver_version), nvidia-container-toolkit 1.17.8-1 cannot be '
         'checked against it before it is; the rest of test_owner is not predicted on this host')
+    assert tasks[TASK]['check-fresh']['warnings'] == [tasks[TASK]['check-fresh']['msg']]
+    assert tasks[TASK]['check-fresh']['changed'] is True
     assert _updates(tmp, 'check-fresh') == []
     assert sorted(str(p.relative_to(check)) for p in (check / 'etc').rglob('*')) == [
         'etc/preferences.d', 'etc/sources.list.d']
