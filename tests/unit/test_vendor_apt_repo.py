@@ -163,7 +163,7 @@ DRIVER = [{'name': 'nvidia-driver', 'version': '{{ t_version }}', 'match': 'upst
           {'name': 'nvidia-container-toolkit', 'version': '1.17.8-1', 'pin': []}]
 DCGM = [{'name': 'datacenter-gpu-manager', 'version': '1:3.3.9', 'variable': 'dcgm_version'}]
 # The role is one task (the module); its name is templated.
-TASK = 'Repository'
+TASK = 'Repository, index check and pins'
 TEMPLATED = (TASK,)
 HOSTS = {
     # host -> (manage the source, packages, local index at the start, a source list another role added)
