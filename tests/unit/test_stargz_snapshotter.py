@@ -83,10 +83,9 @@ def test_containerd_keeps_the_cri_image_labels_for_stargz_only(tmp_path, snapsho
 def test_the_rollout_installs_it_before_containerd_where_the_inventory_selects_it():
     plays = yaml.safe_load((REPO / "playbooks" / "kubernetes.yml").read_text())
     runtime = next(p for p in plays if p.get("name") == "Container runtime and node binaries")
-    # Included in pre_tasks, which run before the play's roles (containerd among them).
-    [entry] = [t for t in runtime["pre_tasks"]
-               if (t.get("ansible.builtin.include_role") or {}).get("name") == "stargz_snapshotter"]
-    assert "containerd" in [r["role"] for r in runtime["roles"]]
+    roles = [r["role"] for r in runtime["roles"]]
+    assert roles.index("stargz_snapshotter") < roles.index("containerd")
+    entry = runtime["roles"][roles.index("stargz_snapshotter")]
     assert entry["when"] == "containerd_snapshotter | default('overlayfs') == 'stargz'"
     schema = yaml.safe_load((REPO / "playbooks" / "vars" / "inventory_schema.yml").read_text())
     spec = schema["inventory_schema"]["role_argument_specs"]["stargz_snapshotter"]
