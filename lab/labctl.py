@@ -450,12 +450,20 @@ def cmd_up(lab: Lab, args) -> int:
                     log(f"FAILED: network {lab.network}: {err_text(exc)}")
                     return 1
                 created_net = True
+        # A node whose container stopped (a killed session, a host reboot) is rebuilt, not
+        # restarted: its systemd and Kubernetes state stopped mid-flight, and a restarted one
+        # was seen to exit at once ("cannot exec in a stopped container").
+        stopped = [n for n in lab.nodes
+                   if n.container in existing and existing[n.container].get("State") != "running"]
+        if stopped:
+            log("rebuilding stopped nodes: " + ", ".join(
+                f"{n.host} ({existing[n.container].get('State')})" for n in stopped))
+            remove(lab, [n.container for n in stopped], [v for n in stopped for v in n.volumes], False)
+            for n in stopped:
+                existing.pop(n.container)
         new = [n for n in lab.nodes if n.container not in existing]
         for n in lab.nodes:
             c = existing.get(n.container)
-            if c and c.get("State") != "running":
-                log(f"{n.host}: container {n.container} is {c.get('State')}, starting it")
-                podman("start", n.container)
             if c and c.get("Image") not in (image, image.removeprefix("localhost/")):
                 log(f"{n.host}: runs {c.get('Image')}, not {image}; "
                     "`labctl down && labctl up` to move it to the new image")
