@@ -70,28 +70,10 @@ changed_paths:
   elements: str
 '''
 
-import grp
 import os
-import pwd
-import stat
 
 from ansible.module_utils.basic import AnsibleModule
-
-
-def describe(path):
-    try:
-        st = os.stat(path)
-    except OSError:
-        return 'absent'
-    try:
-        owner = pwd.getpwuid(st.st_uid).pw_name
-    except KeyError:
-        owner = str(st.st_uid)
-    try:
-        group = grp.getgrgid(st.st_gid).gr_name
-    except KeyError:
-        group = str(st.st_gid)
-    return '%s:%s %04o' % (owner, group, stat.S_IMODE(st.st_mode))
+from ansible_collections.ai_platform.l1.plugins.module_utils.file_state import describe
 
 
 def missing_chain(path):

@@ -84,10 +84,10 @@ config:
 
 import os
 import re
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ai_platform.l1.plugins.module_utils import device_io, rdma_sysfs
+from ansible_collections.ai_platform.l1.plugins.module_utils.file_state import replace
 
 TUNED = {
     'NCCL_IB_DISABLE': '0',
@@ -246,10 +246,7 @@ def main():
         old = ''
     changed = old != content
     if changed and not module.check_mode:
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(p['path']) or '.', prefix='.nccl.conf.')
-        with os.fdopen(fd, 'w') as handle:
-            handle.write(content)
-        module.atomic_move(tmp, p['path'])
+        replace(module, p['path'], content.encode('utf-8'))
     file_args = module.load_file_common_arguments(dict(path=p['path'], mode=p['mode']))
     if os.path.exists(p['path']):
         changed = module.set_fs_attributes_if_different(file_args, changed)

@@ -159,24 +159,16 @@ refreshed:
 
 import os
 import re
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import fetch_url
+from ansible_collections.ai_platform.l1.plugins.module_utils.file_state import read, replace
 
 NAME_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9.-]*$')
 PIN_FILE_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._-]*$')
 URL_RE = re.compile(r'^(https?|file)://')
 MADISON_RE = re.compile(r'^\s*(\S+)\s*[|]\s*(\S+)\s*[|]')
 FILE_MODE = 0o644
-
-
-def read(path):
-    try:
-        with open(path, 'rb') as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return None
 
 
 class Repo:
@@ -205,11 +197,7 @@ class Repo:
                            'after': data.decode('utf-8', 'replace')})
         self.changes.append(path)
         if not self.module.check_mode:
-            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix='.ai-l1-')
-            with os.fdopen(fd, 'wb') as handle:
-                handle.write(data)
-            os.chmod(tmp, FILE_MODE)
-            self.module.atomic_move(tmp, path)
+            replace(self.module, path, data, FILE_MODE)
         return True
 
     def source(self):
