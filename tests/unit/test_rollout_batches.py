@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible.errors import AnsibleError
+from ansible.parsing.dataloader import DataLoader
+from ansible_collections.ai_platform.l1.plugins.lookup.rollout import LookupModule
 from test_validation_play import ROOT, run_playbook
 
 PLAYBOOKS = ROOT / "playbooks"
@@ -26,8 +29,8 @@ BATCHED = {
     "ascend.yml": ["Ascend firmware, driver and CANN"],
     "node_labels.yml": ["Accelerator node labels"],
 }
-INVENTORY_FILE = ("{{ ansible_inventory_sources[0] if ansible_inventory_sources[0] is directory "
-                  "else ansible_inventory_sources[0] | dirname }}/group_vars/all/rollout.yml")
+SERIAL = "{{ lookup('ai_platform.l1.rollout', 'rollout_batch_size') }}"
+MAX_FAIL = "{{ lookup('ai_platform.l1.rollout', 'rollout_max_fail_percentage') }}"
 HOSTS = ["cp1", "cp2", "cp3", "gpu1", "gpu2", "npu1"]
 
 
@@ -38,17 +41,16 @@ def test_host_layers_read_the_inventory_batches(playbook):
         if name not in BATCHED[playbook]:
             assert "serial" not in play, f"{playbook}: {name} is batched but not listed here"
             continue
-        assert play["serial"] == "{{ rollout_batch_size }}", name
-        assert play["max_fail_percentage"] == "{{ rollout_max_fail_percentage }}", name
-        assert play["vars_files"] == ["vars/rollout.yml", [INVENTORY_FILE, "vars/rollout.yml"]], name
+        assert play["serial"] == SERIAL, name
+        assert play["max_fail_percentage"] == MAX_FAIL, name
+        # A templated vars_files path is templated again for every host on every task.
+        assert "vars_files" not in play, name
 
 
 def test_validation_play_sees_what_the_layers_see():
     (play,) = yaml.safe_load((PLAYBOOKS / "validate.yml").read_text())
-    assert play["vars_files"][1:] == ["vars/rollout.yml", [INVENTORY_FILE, "vars/rollout.yml"]]
     args = play["tasks"][0]["ai_platform.l1.inventory_validate"]
-    assert args["play_level_vars"] == {"rollout_batch_size": "{{ rollout_batch_size }}",
-                                       "rollout_max_fail_percentage": "{{ rollout_max_fail_percentage }}"}
+    assert args["play_level_vars"] == {"rollout_batch_size": SERIAL, "rollout_max_fail_percentage": MAX_FAIL}
 
 
 def refusing_inventory(tmp_path: Path, rollout: dict | None) -> Path:
@@ -96,3 +98,34 @@ def test_a_failed_batch_stops_the_run_before_the_next(tmp_path, rollout, batches
     stats = report["stats"]
     assert sorted(stats) == sorted(h for batch in batches for h in batch)  # the others never started
     assert all(s["unreachable"] == 1 for s in stats.values())
+
+
+def rollout_lookup(playbook_dir: Path):
+    loader = DataLoader()
+    loader.set_basedir(str(playbook_dir))
+    return LookupModule(loader=loader)
+
+
+def test_rollout_lookup_overlays_the_inventory_file_on_the_defaults(tmp_path):
+    inventory = refusing_inventory(tmp_path, {"rollout_batch_size": "10%"})
+    lookup = rollout_lookup(PLAYBOOKS)
+    variables = {"ansible_inventory_sources": [str(inventory / "hosts.yml")]}
+    assert lookup.run(["rollout_batch_size", "rollout_max_fail_percentage"], variables) == ["10%", 100]
+    # A directory given as the inventory is its own inventory directory.
+    variables = {"ansible_inventory_sources": [str(inventory)]}
+    assert lookup.run(["rollout_batch_size"], variables) == ["10%"]
+    # No file next to the inventory: the defaults.
+    assert lookup.run(["rollout_batch_size"], {"ansible_inventory_sources": [str(ROOT / "inventories/lab")]}) \
+        == [yaml.safe_load((PLAYBOOKS / "vars/rollout.yml").read_text())["rollout_batch_size"]]
+
+
+def test_rollout_lookup_refuses_unknown_names_and_non_mappings(tmp_path):
+    lookup = rollout_lookup(PLAYBOOKS)
+    with pytest.raises(AnsibleError, match="unknown rollout setting 'rollout_batch'"):
+        lookup.run(["rollout_batch"], {"ansible_inventory_sources": []})
+    (tmp_path / "group_vars" / "all").mkdir(parents=True)
+    (tmp_path / "group_vars" / "all" / "rollout.yml").write_text("- 1\n")
+    with pytest.raises(AnsibleError, match="must hold a mapping"):
+        lookup.run(["rollout_batch_size"], {"ansible_inventory_sources": [str(tmp_path)]})
+    with pytest.raises(AnsibleError, match="not in the play's search path"):
+        rollout_lookup(tmp_path).run(["rollout_batch_size"], {})

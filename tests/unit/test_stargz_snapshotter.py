@@ -5,6 +5,7 @@ parsed as TOML. The lab runs the same files (tests/integration/test_stargz.py)."
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tomllib
@@ -86,7 +87,29 @@ def test_the_rollout_installs_it_before_containerd_where_the_inventory_selects_i
     roles = [r["role"] for r in runtime["roles"]]
     assert roles.index("stargz_snapshotter") < roles.index("containerd")
     entry = runtime["roles"][roles.index("stargz_snapshotter")]
-    assert entry["when"] == "containerd_snapshotter | default('overlayfs') == 'stargz'"
+    # Listed for every node and ended at once where not selected (its first task).
+    assert "when" not in entry
+    selected = "{{ containerd_snapshotter | default('overlayfs') == 'stargz' }}"
+    assert entry["vars"]["stargz_snapshotter_enabled"] == selected
+    first = yaml.safe_load((STARGZ / "tasks" / "main.yml").read_text())[0]
+    assert first["ansible.builtin.meta"] == "end_role" and first["when"] == "not stargz_snapshotter_enabled"
     schema = yaml.safe_load((REPO / "playbooks" / "vars" / "inventory_schema.yml").read_text())
     spec = schema["inventory_schema"]["role_argument_specs"]["stargz_snapshotter"]
-    assert spec["enabled_by"] == "containerd_snapshotter=stargz"
+    assert "stargz_snapshotter_enabled" in spec["set_by_playbook"]
+
+
+def test_the_role_ends_at_once_where_not_selected(tmp_path):
+    """Where containerd keeps overlayfs the role runs its argument check and its first task, nothing else."""
+    (tmp_path / "play.yml").write_text(
+        "- hosts: localhost\n  connection: local\n  gather_facts: false\n  roles:\n    - role: stargz_snapshotter\n"
+        "      vars: {stargz_snapshotter_enabled: false, stargz_snapshotter_artifacts: {},"
+        " stargz_snapshotter_root: " + str(tmp_path / "root") + "}\n")
+    env = {**os.environ, "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
+           "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.json",
+           "ANSIBLE_PYTHON_INTERPRETER": sys.executable}
+    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,",
+                           str(tmp_path / "play.yml")], capture_output=True, text=True, check=False, cwd=REPO, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    tasks = [t["task"]["name"] for play in json.loads(proc.stdout)["plays"] for t in play["tasks"]]
+    assert len(tasks) == 2 and tasks[1] == "stargz_snapshotter : End the role where containerd keeps overlayfs", tasks
+    assert not (tmp_path / "root").exists()
