@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Fleet benchmark (issue 17): what the host layers of site.yml cost as the fleet grows.
 
-    python tests/bench/fleet_scale.py [--sizes 6,12,24] [--strategy linear|mitogen_linear] [--keep]
+    python tests/bench/fleet_scale.py [--sizes 6,12,24] [--strategy linear|mitogen_linear] [--keep] [--pause-lab]
+                                      [--floor]
 
 For each N: N lab nodes of the A100 profile (containers `ai-l1-fleet-fgpuNN` on the lab's network
 `ai-l1-lab`, addresses from podman, read back with `labctl status --json`, beside the 6-node lab:
@@ -21,6 +22,13 @@ no-op runs compare like with like.
 Not measured here: the Kubernetes join and the labels layer, which need the nodes to join the
 lab's control planes (a 2-core machine holds the 6-node cluster, not 24 more kubelets); their
 API side at 1,000 Nodes is tests/bench/node_metadata_bench.py and the kwok figures.
+--pause-lab pauses the lab's own nodes (`podman pause`) while the fleet's runs go, so their control
+planes and Ceph do not share this machine's cores with the figures (the file mirror and registry
+are host processes and keep serving); they are unpaused at the end, whatever happens.
+--floor then runs, on the same nodes, two plays with as many tasks per host as the no-op run had
+task results per host: every task `ansible.builtin.ping` with become (the smallest module run over
+SSH), then every task `ansible.builtin.debug` (no connection at all). They are what Ansible itself
+costs for that many results on this machine, whatever the tasks do: the floor under the no-op run.
 The strategy: `linear` is Ansible's; `mitogen_linear` needs `mitogen` (requirements.txt) and is
 found as every run finds it, through ansible.cfg's strategy_plugins (plugins/strategy).
 """
@@ -51,6 +59,13 @@ def fleet_spec(n: int) -> dict:
     return {"lab_name": "ai-l1-fleet", "network": "ai-l1-lab", "external_network": True,
             "nodes": [{"host": f"{PREFIX}{i:02d}", "container": f"ai-l1-fleet-{PREFIX}{i:02d}", "profile": "a100"}
                       for i in range(1, n + 1)]}
+
+
+def lab_containers() -> list[str]:
+    proc = subprocess.run([*LABCTL, "status", "--json"], capture_output=True, text=True, check=False)
+    if proc.returncode:
+        return []
+    return [row["container"] for row in json.loads(proc.stdout) if row["state"] == "running"]
 
 
 def fleet_addresses(spec_path: Path) -> dict[str, str]:
@@ -108,11 +123,36 @@ def node_cpu(containers: list[str]) -> float | None:
 
 
 def run_layers(inventory: Path, strategy: str, log: Path, containers: list[str]) -> dict:
+    return run_playbook(ROOT / "playbooks" / "site.yml", inventory, strategy, log, containers, extra=["--tags", TAGS])
+
+
+def floor_playbook(module: str, tasks: int, where: Path) -> Path:
+    """One play of `tasks` separate tasks (a loop would be one result) of one trivial module."""
+    play = [{"name": f"Floor: {tasks} {module} tasks per host", "hosts": "gpu_nvidia", "become": True,
+             "gather_facts": False,
+             "tasks": [{"name": f"{module} {i}", module: {}} for i in range(1, tasks + 1)]}]
+    path = where / f"floor-{module.rsplit('.', 1)[-1]}-{tasks}.yml"
+    path.write_text("---\n" + yaml.safe_dump(play, sort_keys=False))
+    return path
+
+
+def run_floors(per_host: int, inventory: Path, strategy: str, prefix: Path, containers: list[str]) -> dict:
+    """Ansible's own cost of `per_host` task results per host: pings over SSH, then debug tasks."""
+    floors = {}
+    for module in ("ansible.builtin.ping", "ansible.builtin.debug"):
+        name = "floor_" + module.rsplit(".", 1)[-1]
+        floors[name] = run_playbook(floor_playbook(module, per_host, prefix.parent), inventory, strategy,
+                                    prefix.parent / f"{prefix.name}-{name}.json", containers)
+    return floors
+
+
+def run_playbook(playbook: Path, inventory: Path, strategy: str, log: Path, containers: list[str], *,
+                 extra: tuple[str, ...] | list[str] = ()) -> dict:
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
            "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.json", "ANSIBLE_FORCE_COLOR": "0",
            "ANSIBLE_STRATEGY": strategy}
-    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), str(ROOT / "playbooks" / "site.yml"),
-           "-i", str(inventory), "--tags", TAGS, "--limit", "gpu_nvidia"]
+    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), str(playbook),
+           "-i", str(inventory), *extra, "--limit", "gpu_nvidia"]
     nodes0, cpu0, t0 = node_cpu(containers), children_cpu(), time.monotonic()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     wall, cpu, nodes1 = time.monotonic() - t0, children_cpu() - cpu0, node_cpu(containers)
@@ -148,6 +188,9 @@ def main() -> int:
     parser.add_argument("--strategy", default="linear", help="Ansible strategy (linear, mitogen_linear)")
     parser.add_argument("--keep", action="store_true", help="leave the fleet nodes up at the end")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--pause-lab", action="store_true", help="pause the lab's own nodes during the runs")
+    parser.add_argument("--floor", action="store_true",
+                        help="also run as many ping, then debug, tasks per host as the no-op run had results")
     args = parser.parse_args()
     sizes = sorted(int(s) for s in args.sizes.split(","))
     work = Path(tempfile.mkdtemp(prefix="fleet-bench-"))
@@ -162,17 +205,27 @@ def main() -> int:
             up_s = time.monotonic() - t0
             inventory = fleet_inventory(spec, fleet_addresses(spec_path), work / f"n{n}")
             containers = [node["container"] for node in spec["nodes"]]
-            first = run_layers(inventory, args.strategy, work / f"n{n}-first.json", containers)
-            noop = (run_layers(inventory, args.strategy, work / f"n{n}-noop.json", containers)
-                    if not broken(first) else first)
+            paused = lab_containers() if args.pause_lab else []
+            if paused:
+                subprocess.run(["podman", "pause", *paused], check=True, capture_output=True)
+            try:
+                first = run_layers(inventory, args.strategy, work / f"n{n}-first.json", containers)
+                noop = (run_layers(inventory, args.strategy, work / f"n{n}-noop.json", containers)
+                        if not broken(first) else first)
+                floors = (run_floors(round(noop["host_tasks"] / n), inventory, args.strategy, work / f"n{n}",
+                                     containers) if args.floor and not broken(noop) else {})
+            finally:
+                if paused:
+                    subprocess.run(["podman", "unpause", *paused], check=False, capture_output=True)
             if broken(first) or broken(noop):
                 print(f"N={n}: the run failed (rc {first['rc']}/{noop['rc']}, {first.get('failed')}/"
                       f"{noop.get('failed')} hosts failed or unreachable): see {work}/n{n}-*.json", flush=True)
                 return 1
-            rows.append({"n": n, "strategy": args.strategy, "up_s": round(up_s, 1), "first": first, "noop": noop})
-            for run in ("first", "noop"):
+            rows.append({"n": n, "strategy": args.strategy, "up_s": round(up_s, 1), "first": first, "noop": noop,
+                         **floors})
+            for run in ("first", "noop", *floors):
                 r = rows[-1][run]
-                print(f"N={n:3d} {args.strategy:15s} {run:5s} rc={r['rc']} wall={r['wall_s']}s cpu={r['cpu_s']}s "
+                print(f"N={n:3d} {args.strategy:15s} {run:11s} rc={r['rc']} wall={r['wall_s']}s cpu={r['cpu_s']}s "
                       f"cpu/host={r['cpu_s'] / n:.2f}s node_cpu={r.get('node_cpu_s')}s "
                       f"tasks={r.get('tasks')} host_tasks={r.get('host_tasks')} "
                       f"changed={r.get('changed')} failed={r.get('failed')}", flush=True)
