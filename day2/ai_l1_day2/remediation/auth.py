@@ -67,3 +67,19 @@ def _check_signature(auth: AuthConfig, signature: str, body: bytes, now: float) 
     if hmac.compare_digest(expected.encode(), mac.strip().lower().encode()):
         return True, ""
     return False, "signature does not match"
+
+
+def precheck(auth: AuthConfig, headers, now: float | None = None) -> tuple[str, str]:
+    """What the head alone says, before any body is read: ("ok", "") for a bearer token that
+    matches, ("body", "") for a well-formed, fresh HMAC signature (it covers the body, which is
+    read next and checked by authenticate()), else ("refused", reason)."""
+    now = time.time() if now is None else now
+    ok, method, reason = authenticate(auth, headers, b"", now)
+    if ok and method == "bearer":
+        return "ok", ""
+    signature = headers.get(SIGNATURE_HEADER) or ""
+    if signature and auth.hmac_key is not None:
+        sig_ok, sig_reason = _check_signature(auth, signature, b"", now)
+        if sig_ok or sig_reason == "signature does not match":  # well-formed and fresh: the body decides
+            return "body", ""
+    return "refused", reason

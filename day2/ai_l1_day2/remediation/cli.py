@@ -63,7 +63,7 @@ def serve(args) -> int:
         logs.log(LOG, logging.ERROR, str(exc))
         return 4
     try:
-        store = Store(cfg.db_path)
+        store = Store(cfg.db_path, audit_max_rows=cfg.audit_max_rows, audit_max_bytes=cfg.audit_max_bytes)
         service = Service(cfg, store, nodes, make_executor(cfg))
         service.acquire_state_dir()
     except (OSError, RuntimeError, sqlite3.Error) as exc:
@@ -106,7 +106,7 @@ def _dump(args, what: str) -> int:
     except config_mod.ConfigError as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         return 2
-    store = Store(cfg.db_path)
+    store = Store(cfg.db_path, audit_max_rows=cfg.audit_max_rows, audit_max_bytes=cfg.audit_max_bytes)
     if what == "jobs":
         rows = store.jobs(state=args.state, node=args.node)
     else:

@@ -19,6 +19,7 @@ for secrets. Secrets are never logged, never written to the store, never echoed 
     node_labels: [Hostname, node, kubernetes_io_hostname, instance]
     xid: {ignore: [13, 31, 43, 45, 68, 109], allow: [], unknown: refuse}
     dedupe_window_s: 3600
+    audit: {max_rows: 100000, max_bytes: 67108864}   # the audit trail's bound; the oldest rows go first
     rate_limit: {max_runs: 5, window_s: 600}
     ceiling: {max_fraction: 0.25, pool_label: accelerator, pools: {}}
     isolated_taint: ai-platform.io/fault      # a node carrying it is already isolated
@@ -180,6 +181,8 @@ class Config:
     kube_context: str | None = None
     log_level: str = "info"
     awx: AwxConfig | None = None
+    audit_max_rows: int = 100_000
+    audit_max_bytes: int = 64 << 20
 
     @property
     def xid_policy(self):
@@ -358,7 +361,7 @@ def load(  # noqa: PLR0912, PLR0915 (one check per key, in file order)
         raise ConfigError(f"{path}: expected a mapping at the top level")
     raw.update(overrides or {})
     known = {"listen", "state_dir", "dry_run", "auth", "alerts", "node_labels", "xid", "dedupe_window_s",
-             "rate_limit", "ceiling", "isolated_taint", "run", "kubernetes", "log_level", "awx"}
+             "rate_limit", "ceiling", "isolated_taint", "run", "kubernetes", "log_level", "awx", "audit"}
     unknown = set(raw) - known
     if unknown:
         raise ConfigError(f"unknown config keys: {', '.join(sorted(unknown))} (known: {', '.join(sorted(known))})")
@@ -445,6 +448,13 @@ def load(  # noqa: PLR0912, PLR0915 (one check per key, in file order)
     cfg.kubeconfig = _typed(kube, "kubeconfig", str, "kubernetes.", None)
     cfg.kube_context = _typed(kube, "context", str, "kubernetes.", None)
     cfg.log_level = _typed(raw, "log_level", str, "", "info")
+    audit = raw.get("audit") or {}
+    if not isinstance(audit, dict) or set(audit) - {"max_rows", "max_bytes"}:
+        raise ConfigError(f"audit: expected a mapping with max_rows and/or max_bytes, got {audit!r}")
+    cfg.audit_max_rows = _typed(audit, "max_rows", int, "audit.", cfg.audit_max_rows)
+    cfg.audit_max_bytes = _typed(audit, "max_bytes", int, "audit.", cfg.audit_max_bytes)
+    if cfg.audit_max_rows < 1000 or cfg.audit_max_bytes < 1 << 20:
+        raise ConfigError("audit.max_rows must be >= 1000 and audit.max_bytes >= 1048576 (1 MiB)")
     if cfg.backend == "awx":
         cfg.awx = _awx(raw.get("awx"), env)
     elif raw.get("awx") is not None:

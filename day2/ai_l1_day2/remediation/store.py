@@ -58,7 +58,8 @@ CREATE TABLE IF NOT EXISTS audit (
     job_id INTEGER,
     fingerprint TEXT NOT NULL DEFAULT '',
     remote TEXT NOT NULL DEFAULT '',
-    details TEXT NOT NULL DEFAULT '{}'
+    details TEXT NOT NULL DEFAULT '{}',
+    size INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS audit_event ON audit(event, ts);
 CREATE TABLE IF NOT EXISTS heartbeat (
@@ -71,12 +72,21 @@ CREATE TABLE IF NOT EXISTS heartbeat (
 class StoreError(RuntimeError):
     """The store cannot be used as it is (deleted, replaced, unwritable)."""
 
+AUDIT_MAX_ROWS = 100_000
+AUDIT_MAX_BYTES = 64 << 20
+AUDIT_PRUNE_EVERY = 200  # audit rows written between two checks of the bounds
+
 JOB_FIELDS = ("updated", "state", "attempts", "ident", "pid", "owner", "run_dir", "status", "rc", "message")
 
 
 class Store:
-    def __init__(self, path: str | Path, clock=time.time):
+    def __init__(self, path: str | Path, clock=time.time, *, audit_max_rows: int = AUDIT_MAX_ROWS,
+                 audit_max_bytes: int = AUDIT_MAX_BYTES):
         self.path = Path(path)
+        # The audit trail is bounded (rows and bytes of its text, the oldest dropped first): nothing
+        # a client sends, however often, can fill the volume the decisions are written to.
+        self.audit_max_rows, self.audit_max_bytes = audit_max_rows, audit_max_bytes
+        self._audit_writes = 0
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.clock = clock
         self._lock = threading.RLock()
@@ -90,6 +100,12 @@ class Store:
         self._db.execute("PRAGMA busy_timeout=30000")
         with self._lock:
             self._db.executescript(SCHEMA)
+            columns = {r[1] for r in self._db.execute("PRAGMA table_info(audit)")}
+            if "size" not in columns:  # a store written before the audit trail was bounded
+                self._db.execute("ALTER TABLE audit ADD COLUMN size INTEGER NOT NULL DEFAULT 0")
+                self._db.execute("UPDATE audit SET size = length(event) + length(decision) + length(reason) + "
+                                 "length(node) + length(fingerprint) + length(remote) + length(details)")
+        self.prune_audit()
         # The file this connection writes to: a deleted or replaced file is noticed (check()).
         self._inode = self.path.stat().st_ino
 
@@ -141,14 +157,31 @@ class Store:
     # -- audit ---------------------------------------------------------------------------
     def audit(self, event: str, *, decision: str = "", reason: str = "", node: str = "", job_id: int | None = None,
               fingerprint: str = "", remote: str = "", details: dict | None = None, db=None) -> int:
-        sql = ("INSERT INTO audit (ts, event, decision, reason, node, job_id, fingerprint, remote, details) "
-               "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
-        args = (self.clock(), event, decision, reason, node, job_id, fingerprint, remote,
-                json.dumps(details or {}, sort_keys=True, default=str))
+        sql = ("INSERT INTO audit (ts, event, decision, reason, node, job_id, fingerprint, remote, details, size) "
+               "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+        text = json.dumps(details or {}, sort_keys=True, default=str)
+        size = sum(len(v.encode()) for v in (event, decision, reason, node, fingerprint, remote, text))
+        args = (self.clock(), event, decision, reason, node, job_id, fingerprint, remote, text, size)
         if db is not None:
-            return db.execute(sql, args).lastrowid
-        with self.transaction() as tx:
-            return tx.execute(sql, args).lastrowid
+            row = db.execute(sql, args).lastrowid
+        else:
+            with self.transaction() as tx:
+                row = tx.execute(sql, args).lastrowid
+        self._audit_writes += 1
+        if self._audit_writes % AUDIT_PRUNE_EVERY == 0 and db is None:
+            self.prune_audit()
+        return row
+
+    def prune_audit(self) -> int:
+        """Drop the oldest audit rows past audit_max_rows or audit_max_bytes; the number dropped."""
+        with self.transaction() as db:
+            cut = db.execute("SELECT id FROM audit ORDER BY id DESC LIMIT 1 OFFSET ?",
+                             (self.audit_max_rows,)).fetchone()
+            by_bytes = db.execute(
+                "SELECT id FROM (SELECT id, SUM(size) OVER (ORDER BY id DESC) AS newer FROM audit) "
+                "WHERE newer > ? ORDER BY id DESC LIMIT 1", (self.audit_max_bytes,)).fetchone()
+            last = max(cut[0] if cut else 0, by_bytes[0] if by_bytes else 0)
+            return db.execute("DELETE FROM audit WHERE id <= ?", (last,)).rowcount if last else 0
 
     def audit_entries(self, event: str | None = None, node: str | None = None, since_id: int = 0) -> list[dict]:
         sql, args = "SELECT * FROM audit WHERE id > ?", [since_id]
