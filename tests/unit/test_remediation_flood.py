@@ -238,3 +238,39 @@ def test_ambiguous_framing_is_refused(receiver, extra, code):
     _svc, srv = receiver
     answer = exchange(srv, request(headers={"Authorization": f"Bearer {TOKEN}", **extra}))
     assert status(answer) == code, answer[:200]
+
+
+# -- /audit answers a bounded page ------------------------------------------------------------------
+
+def test_audit_is_answered_in_bounded_pages_that_chain(receiver):
+    svc, srv = receiver
+    for i in range(1200):
+        svc.store.audit("alert", decision="refused", reason=f"r{i}")
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    seen, since, pages = [], 0, 0
+    while True:
+        answer = exchange(srv, request(method="GET", path=f"/audit?event=alert&since={since}&limit=5000",
+                                       body=b"", headers=auth))
+        page = json.loads(answer.split(b"\r\n\r\n", 1)[1])
+        assert len(page["audit"]) <= server_mod.AUDIT_PAGE_MAX
+        seen += [r["reason"] for r in page["audit"]]
+        pages += 1
+        if page["next"] is None:
+            break
+        since = page["next"]
+    assert seen == [f"r{i}" for i in range(1200)] and pages == 2
+
+
+def test_the_audit_command_prints_every_row_as_one_json_list(tmp_path, capsys, monkeypatch):
+    from ai_l1_day2.remediation import cli  # noqa: PLC0415
+
+    conf = make_config(tmp_path)
+    store = Store(conf.db_path)
+    for i in range(2500):
+        store.audit("alert", reason=f"r{i}")
+    config_file = tmp_path / "remediation.yml"
+    config_file.write_text(json.dumps({"state_dir": str(conf.state_dir), "run": {"inventory": conf.inventory}}))
+    monkeypatch.setenv("AI_L1_REMEDIATE_TOKEN", TOKEN)
+    assert cli.main(["audit", "--config", str(config_file), "--event", "alert"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["reason"] for r in rows] == [f"r{i}" for i in range(2500)]

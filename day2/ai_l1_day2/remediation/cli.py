@@ -100,6 +100,9 @@ def serve(args) -> int:
     return 0
 
 
+AUDIT_DUMP_PAGE = 1000
+
+
 def _dump(args, what: str) -> int:
     try:
         cfg = _load(args)
@@ -108,10 +111,17 @@ def _dump(args, what: str) -> int:
         return 2
     store = Store(cfg.db_path, audit_max_rows=cfg.audit_max_rows, audit_max_bytes=cfg.audit_max_bytes)
     if what == "jobs":
-        rows = store.jobs(state=args.state, node=args.node)
-    else:
-        rows = store.audit_entries(args.event, args.node)
-    print(json.dumps(rows, indent=2, default=str))
+        print(json.dumps(store.jobs(state=args.state, node=args.node), indent=2, default=str))
+        return 0
+    # The audit trail page by page, as one JSON list: memory stays one page, whatever the table holds.
+    since, first = 0, True
+    sys.stdout.write("[")
+    while rows := store.audit_entries(args.event, args.node, since, limit=AUDIT_DUMP_PAGE):
+        for row in rows:
+            sys.stdout.write(("\n" if first else ",\n") + json.dumps(row, default=str))
+            first = False
+        since = rows[-1]["id"]
+    sys.stdout.write("\n]\n")
     return 0
 
 

@@ -9,7 +9,9 @@ client sent as a secret), at most a few rows per client and window, the rest cou
                        what is unusable (the store deleted or unwritable, the API down, the
                        receiver's Node view not confirmed by the API within its bound)
     GET  /jobs[?state=&node=]   the job table;  GET /jobs/<id>   one job and its run idents
-    GET  /audit[?event=&node=&since=<id>]       the audit log
+    GET  /audit[?event=&node=&since=<id>&limit=<n>]   the audit log, oldest first, a page of at
+                       most AUDIT_PAGE_MAX rows (default AUDIT_PAGE): {"audit": [...], "next": <id>
+                       to pass as since for the next page, or null after the last}
 Alertmanager retries on 5xx only: a refused alert (lock, ceiling, rate) is answered 200
 with its decision, so it is not retried; the next notification is judged afresh.
 
@@ -42,6 +44,7 @@ MAX_BODY = 1 << 20
 SOCKET_TIMEOUT_S = 10  # the whole request (head and body) arrives within this, or the connection is closed
 LISTEN_BACKLOG = 1024  # a burst of webhooks connects at once; past the backlog a SYN waits 1 s
 AUDIT_FIELD_MAX = 256  # what a refused request may put into the audit log, per field
+AUDIT_PAGE, AUDIT_PAGE_MAX = 500, 1000  # /audit rows per answer (the table holds up to 100,000)
 MAX_HEAD = 64 * 1024  # request line and headers together
 MAX_HEADERS = 100
 MAX_CONNECTIONS = 4096  # open at once; past it a new connection is closed unanswered (the unit sets nofile above it)
@@ -361,7 +364,10 @@ class Server:
             return 200, {"job": job, "runs": service.executor.runs(job["id"])}
         if url.path == "/audit":
             since = int(query["since"]) if ASCII_INT.fullmatch(query.get("since", "")) else 0
-            return 200, {"audit": service.store.audit_entries(query.get("event"), query.get("node"), since)}
+            limit = int(query["limit"]) if ASCII_INT.fullmatch(query.get("limit", "")) else AUDIT_PAGE
+            limit = max(1, min(limit, AUDIT_PAGE_MAX))
+            rows = service.store.audit_entries(query.get("event"), query.get("node"), since, limit=limit)
+            return 200, {"audit": rows, "next": rows[-1]["id"] if len(rows) == limit else None}
         return 404, {"error": f"no such endpoint {url.path[:AUDIT_FIELD_MAX]}"}
 
     # -- answers -----------------------------------------------------------------------------

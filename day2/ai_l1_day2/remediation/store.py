@@ -183,14 +183,20 @@ class Store:
             last = max(cut[0] if cut else 0, by_bytes[0] if by_bytes else 0)
             return db.execute("DELETE FROM audit WHERE id <= ?", (last,)).rowcount if last else 0
 
-    def audit_entries(self, event: str | None = None, node: str | None = None, since_id: int = 0) -> list[dict]:
+    def audit_entries(self, event: str | None = None, node: str | None = None, since_id: int = 0,
+                      limit: int | None = None) -> list[dict]:
+        """Audit rows after since_id, oldest first; at most `limit` of them (None: all, for callers
+        inside the receiver; what answers a client passes a bounded page)."""
         sql, args = "SELECT * FROM audit WHERE id > ?", [since_id]
         if event:
             sql, args = sql + " AND event = ?", [*args, event]
         if node:
             sql, args = sql + " AND node = ?", [*args, node]
+        sql += " ORDER BY id"
+        if limit is not None:
+            sql, args = sql + " LIMIT ?", [*args, limit]
         with self._lock:
-            rows = self._db.execute(sql + " ORDER BY id", args).fetchall()
+            rows = self._db.execute(sql, args).fetchall()
         return [{**dict(r), "details": json.loads(r["details"])} for r in rows]
 
     # -- jobs ----------------------------------------------------------------------------
