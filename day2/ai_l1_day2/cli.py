@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -49,6 +50,13 @@ NEEDS_NODE = {"cordon", "uncordon", "drain", "isolate", "mig-reconfigure", "add-
 # the whole cluster (bounded by --max-nodes), nor a control plane unless asked.
 TAKES_CAPACITY = {"cordon", "drain", "isolate", "mig-reconfigure", "remove-node"}
 CONTROL_PLANE_GROUP = "k8s_control_plane"
+# One part of a --node value (the value split on ',' and ':' as ansible-playbook splits a limit): a
+# host or group name, or a glob of '*' over names. Anything else (@file, &group, !group, ~regex,
+# [range], ?) is pattern syntax this check does not resolve the way ansible-playbook would, so it
+# is refused: `gpu1,@hosts` used to be checked as gpu1 while the run read its hosts from the file.
+NODE_PART = re.compile(r"[A-Za-z0-9_.*-]+")
+# A resolved host name the run's limit may carry verbatim.
+HOST_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
 HELP = {
     "cordon": "mark nodes unschedulable (with a reason annotation)",
@@ -149,7 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         p.add_argument("-n", "--node", action="append", dest="nodes", metavar="HOST",
                        required=op in NEEDS_NODE,
-                       help="inventory host or pattern to act on (repeatable; becomes the run's limit)")
+                       help="inventory host or group, or a '*' glob; several separated by ',' (repeatable; "
+                            "the hosts they select become the run's limit; @file, &, !, ~ and [ ] are refused)")
         p.add_argument("-i", "--inventory", metavar="INVENTORY",
                        help=f"inventory file or directory (required: this or ${INVENTORY_ENV}; there is no default)")
         p.add_argument("-e", "--extra-vars", action="append", dest="extra", metavar="VARS",
@@ -211,24 +220,39 @@ def extravars_from(args: argparse.Namespace) -> dict[str, Any]:
 
 def check_hosts(inventory: str | Path, patterns: list[str], *, max_nodes: int | None = None,
                 allow_control_plane: bool = True) -> list[str]:
-    """The hosts the patterns select in the inventory; BadInput when a pattern selects none, when
-    they select more than max_nodes hosts, or a control plane that is not allowed."""
-    from ansible.inventory.manager import InventoryManager  # noqa: PLC0415 - only when a node is named
-    from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415
+    """The hosts the patterns select in the inventory, resolved by Ansible's InventoryManager; the
+    caller passes this list, not the patterns, as the run's limit, so what is checked is what runs.
+    BadInput when a part of a pattern is not a plain name or '*' glob (NODE_PART), selects no host,
+    when they select more than max_nodes hosts, or a control plane that is not allowed."""
+    from ansible.inventory.manager import InventoryManager, split_host_pattern  # noqa: PLC0415
+    from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415 - only when a node is named
 
     path = resolve_inventory(inventory)
     manager = InventoryManager(loader=DataLoader(), sources=[str(path)])
     hosts: list[str] = []
     control_planes: list[str] = []
     for pattern in patterns:
-        found = manager.get_hosts(pattern=pattern)
-        if not found:
-            raise BadInput(f"--node {pattern}: no host of {inventory} matches")
-        for host in found:
-            if host.name not in hosts:
-                hosts.append(host.name)
-                if CONTROL_PLANE_GROUP in {g.name for g in host.get_groups()}:
-                    control_planes.append(host.name)
+        parts = split_host_pattern(pattern)
+        if not parts:
+            raise BadInput(f"--node {pattern!r}: names no host")
+        for part in parts:
+            if not NODE_PART.fullmatch(part):
+                raise BadInput(f"--node {pattern!r}: {part!r} is not a host or group name (letters, digits, "
+                               "'_', '.', '-', '*' globs); @file, &, !, ~regex and [ranges] are refused")
+            found = manager.get_hosts(pattern=part)
+            if not found:
+                raise BadInput(f"--node {pattern}: no host of {inventory} matches {part}")
+            for host in found:
+                if host.name not in hosts:
+                    hosts.append(host.name)
+                    if CONTROL_PLANE_GROUP in {g.name for g in host.get_groups()}:
+                        control_planes.append(host.name)
+    # The run's limit is these names, joined by ','; Ansible resolves a plain name that is an
+    # inventory host to that host alone. A name with other characters (a glob can select one)
+    # could be read as pattern syntax: refused.
+    odd = [name for name in hosts if not HOST_NAME.fullmatch(name)]
+    if odd:
+        raise BadInput(f"--node {' '.join(patterns)} selects hosts whose names cannot be a limit: {', '.join(odd)}")
     if max_nodes is not None and len(hosts) > max_nodes:
         raise BadInput(f"--node {' '.join(patterns)} selects {len(hosts)} hosts ({', '.join(hosts[:10])}"
                        f"{', ...' if len(hosts) > 10 else ''}), more than --max-nodes {max_nodes}")
@@ -307,11 +331,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         args.inventory = inventory_of(args)
-        extravars = extravars_from(args)
         if args.nodes:
             bounded = args.operation in TAKES_CAPACITY
-            check_hosts(args.inventory, args.nodes, max_nodes=args.max_nodes if bounded else None,
-                        allow_control_plane=args.allow_control_plane if bounded else True)
+            # From here on the nodes are the checked host names, never the patterns: the limit
+            # (or add-node's day2_new_nodes) is exactly what was checked.
+            args.nodes = check_hosts(args.inventory, args.nodes, max_nodes=args.max_nodes if bounded else None,
+                                     allow_control_plane=args.allow_control_plane if bounded else True)
+        extravars = extravars_from(args)
     except BadInput as exc:
         print(f"ai-l1-day2: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -276,6 +276,85 @@ def test_patterns_that_take_capacity_are_bounded_and_spare_control_planes(capsys
     assert not hasattr(args, "max_nodes")
 
 
+def _limits(monkeypatch, project) -> list[dict]:
+    """cli.run_operation replaced: records the limit and extra vars each run would get."""
+    seen: list[dict] = []
+
+    def fake_run(operation, **kwargs):
+        seen.append(kwargs)
+        return RunResult(ident="x", operation=operation, status="successful", rc=0, private_data_dir=project,
+                         artifacts_dir=project, stats={}, started=1.0, finished=2.0)
+
+    monkeypatch.setattr(cli, "run_operation", fake_run)
+    return seen
+
+
+@pytest.mark.parametrize(("node", "bad"), [
+    ("gpu1,@{file}", "@{file}"),              # hosts read from a file by ansible-playbook
+    ("gpu1:@{file}", "@{file}"),
+    ("gpu1, @{file}", "@{file}"),
+    ("@{file}", "@{file}"),
+    ("&gpu_nvidia", "&gpu_nvidia"),           # intersection
+    ("gpu1,&gpu_nvidia", "&gpu_nvidia"),
+    ("!cp1", "!cp1"),                         # exclusion
+    ("gpu1,!gpu2", "!gpu2"),
+    ("~gpu.*", "~gpu.*"),                     # regular expression
+    ("gpu1,~cp.*", "~cp.*"),
+    ("gpu[0:3]", "gpu[0:3]"),                 # ranges and subscripts
+    ("gpu_nvidia[0]", "gpu_nvidia[0]"),
+    ("gpu1:k8s_worker[0:1]", "k8s_worker[0:1]"),
+    ("gpu[12]", "gpu[12]"),                   # fnmatch class and '?'
+    ("gpu?", "gpu?"),
+    ("fe80::1", "fe80::1"),                   # an IPv6 address (one part to ansible-playbook)
+])
+@pytest.mark.parametrize("operation", ["cordon", "uncordon"])
+def test_node_pattern_syntax_the_check_does_not_resolve_is_refused(  # noqa: PLR0917
+        tmp_path, monkeypatch, capsys, node, bad, operation):
+    """`--node 'gpu1,@FILE'` passed the check as gpu1 while ansible-playbook read its hosts from the
+    file (a default --max-nodes 1 cordon reached a control plane and three workers): every part
+    that is not a plain name or '*' glob is refused, naming it, before anything runs."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text("cp1\ngpu1\ngpu2\nnpu1\n")
+    node, bad = node.format(file=hosts), bad.format(file=hosts)
+    seen = _limits(monkeypatch, tmp_path)
+    extra = ["--max-nodes", "10", "--allow-control-plane"] if operation == "cordon" else []
+    assert cli.main([operation, "--node", node, *extra, "-i", str(LAB), "-q"]) == cli.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert f"{bad!r} is not a host or group name" in err, err
+    assert seen == []
+
+
+def test_the_run_gets_the_checked_host_names_as_its_limit(monkeypatch, project, capsys):
+    """The limit is the list of hosts the check resolved, never the patterns: what was checked runs."""
+    seen = _limits(monkeypatch, project)
+    assert cli.main(["cordon", "--node", "gpu1", "-i", str(LAB), "-q"]) == cli.EXIT_OK
+    assert cli.main(["cordon", "--node", "gpu1,gpu2", "-i", str(LAB), "-q"]) == cli.EXIT_BAD_INPUT
+    assert "selects 2 hosts (gpu1, gpu2), more than --max-nodes 1" in capsys.readouterr().err
+    assert cli.main(["cordon", "--node", "gpu1:gpu2", "-i", str(LAB), "-q"]) == cli.EXIT_BAD_INPUT
+    assert cli.main(["cordon", "-n", "gpu1", "-n", "gpu2", "-i", str(LAB), "-q"]) == cli.EXIT_BAD_INPUT
+    assert cli.main(["cordon", "--node", "gpu1,gpu2", "--max-nodes", "2", "-i", str(LAB), "-q"]) == cli.EXIT_OK
+    assert cli.main(["drain", "--node", "gpu1:gpu2", "--max-nodes", "2", "-i", str(LAB), "-q"]) == cli.EXIT_OK
+    assert cli.main(["drain", "--node", "gpu*", "--max-nodes", "2", "-i", str(LAB), "-q"]) == cli.EXIT_OK
+    assert cli.main(["uncordon", "--node", "gpu_nvidia,npu1", "-i", str(LAB), "-q"]) == cli.EXIT_OK
+    assert cli.main(["add-node", "--node", "gpu*", "-i", str(LAB), "-q"]) == cli.EXIT_OK
+    assert cli.main(["cordon", "--node", "gpu1,nosuch", "--max-nodes", "2", "-i", str(LAB), "-q"]) == \
+        cli.EXIT_BAD_INPUT
+    assert "no host of" in capsys.readouterr().err
+    assert [kw["limit"] for kw in seen] == [["gpu1"], ["gpu1", "gpu2"], ["gpu1", "gpu2"], ["gpu1", "gpu2"],
+                                           ["gpu1", "gpu2", "npu1"], None]
+    assert seen[-1]["extravars"]["day2_new_nodes"] == ["gpu1", "gpu2"]
+
+
+def test_a_selected_host_whose_name_is_pattern_syntax_is_refused(tmp_path):
+    """The run's limit carries the resolved names verbatim: a glob selecting a host named like a
+    pattern (here '@gpu9', a limit file to ansible-playbook) is refused."""
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text('all:\n  hosts:\n    "@gpu9":\n    gpu1:\n')
+    with pytest.raises(BadInput, match="names cannot be a limit: @gpu9"):
+        cli.check_hosts(inventory, ["*"], max_nodes=5)
+    assert cli.check_hosts(inventory, ["gpu1"]) == ["gpu1"]
+
+
 def test_unusable_runs_dir_is_bad_input(project, tmp_path, capsys):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
