@@ -21,11 +21,11 @@ The remediation receiver is deployed in the same run (roles/remediation_receiver
 mode): one-GPU workloads on both A100 nodes, XID 79 on both at once; one node is cordoned, tainted
 and drained by the receiver (its workload evicted), the other refused by the pool ceiling (audit
 log); a wrong token is refused (401) and isolates nothing; the receiver's Pod deleted mid-drain
-finishes its job once after the restart. The dcgm-exporter
-chart is the lab's stand-in (tests/hardware/dcgm/chart, see lab/charts/build.py): the Go module
-proxy refuses NVIDIA's repository. Namespace `monitoring`, NPD, both releases and the
-operator's CRDs are removed at the end, and the injected XID and the GPUError condition with
-them. Timings are printed (pytest -s).
+finishes its job once after the restart; its NetworkPolicy admits only the Alertmanager Pods.
+The dcgm-exporter chart is the lab's stand-in (tests/hardware/dcgm/chart, see
+lab/charts/build.py): the Go module proxy refuses NVIDIA's repository. Namespace `monitoring`,
+NPD, both releases and the operator's CRDs are removed at the end, and the injected XID and the
+GPUError condition with them. Timings are printed (pytest -s).
 """
 
 from __future__ import annotations
@@ -392,6 +392,30 @@ def test_receiver_runs_with_only_the_verbs_an_isolation_needs(deployed):
         {"day2_api_host": "receiver-local", "day2_kubeconfig": ""}
     inventory = yaml.safe_load(get("configmap", "ai-l1-remediate", RECEIVER_NS)["data"]["hosts.yml"])
     assert sorted(inventory["all"]["children"]["k8s_worker"]["hosts"]) == sorted(WORKERS)
+
+
+def test_receiver_admits_only_alertmanager(deployed):
+    """The receiver's NetworkPolicy (Ingress only) admits its port to the Alertmanager Pods alone, and
+    its selectors match what runs: the receiver's Pod, the operator's Alertmanager Pods in namespace
+    monitoring. The lab's bridge CNI does not enforce NetworkPolicy, so the route's traffic is not
+    what this checks; an enforcing CNI lets the kubelet's probes from the node through."""
+    policy = get("networkpolicy", "ai-l1-remediate", RECEIVER_NS)
+    assert policy["spec"]["policyTypes"] == ["Ingress"], policy["spec"]
+    [rule] = policy["spec"]["ingress"]
+    [peer] = rule["from"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 9095}], rule
+    assert peer["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}, peer
+    assert kubectl_json("get namespace monitoring")["metadata"]["labels"]["kubernetes.io/metadata.name"] == "monitoring"
+
+    def selected(namespace: str, labels: dict) -> list[str]:
+        selector = ",".join(f"{k}={v}" for k, v in labels.items())
+        return sorted(p["metadata"]["name"] for p in kubectl_json(f"-n {namespace} get pods -l {selector}")["items"])
+
+    alertmanagers = selected("monitoring", peer["podSelector"]["matchLabels"])
+    assert alertmanagers and all(n.startswith("alertmanager-kube-prometheus-stack-alertmanager-")
+                                 for n in alertmanagers), alertmanagers
+    receivers = selected(RECEIVER_NS, policy["spec"]["podSelector"]["matchLabels"])
+    assert receivers and all(n.startswith("ai-l1-remediate-") for n in receivers), receivers
 
 
 def test_dashboards_configmap_and_grafana_sidecar(deployed):

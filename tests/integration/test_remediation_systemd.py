@@ -9,8 +9,9 @@ bin/ holds their console scripts, as a venv with requirements.txt installed woul
 
 - the role installs the user, /etc/ai-l1-remediate (configuration, inventory, token,
   kubeconfig, a self-signed certificate for the host's address), the store directory and the
-  unit (KillMode=process), and the service answers /readyz over TLS checked against that
-  certificate and the host's IP address;
+  unit (KillMode=process, LimitNOFILE=65536), and the service, listening on the host's lab
+  address (inventories/lab: remediation_receiver_listen_host; the role's default is 127.0.0.1),
+  answers /readyz over TLS checked against that certificate and the host's IP address;
 - a webhook with the token isolates gpu2 with the real isolate playbook (cordon, fault taint,
   drain), no SSH: the run uses the installed kubeconfig with the receiver as API host;
 - a wrong token is refused (401);
@@ -111,14 +112,16 @@ def call(path: str, body: dict | None = None, token: str = TOKEN) -> tuple[int, 
 
 def test_service_files_and_unit(service):
     assert on(HOST, "systemctl is-active ai-l1-remediate").stdout.strip() == "active"
-    assert sorted(on(HOST, "systemctl show -p KillMode,User ai-l1-remediate").stdout.split()) == \
-        ["KillMode=process", "User=ai-l1-remediate"]
+    assert sorted(on(HOST, "systemctl show -p KillMode,User,LimitNOFILE ai-l1-remediate").stdout.split()) == \
+        ["KillMode=process", "LimitNOFILE=65536", "User=ai-l1-remediate"]
     modes = on(HOST, "stat -c '%n %a %U %G' /etc/ai-l1-remediate/* /var/lib/ai-l1-remediate").stdout.splitlines()
     got = {line.split()[0]: line.split()[1:] for line in modes}
     for name in ("token", "tls.key", "kubeconfig", "remediation.yml", "hosts.yml"):
         assert got[f"/etc/ai-l1-remediate/{name}"] == ["640", "root", "ai-l1-remediate"], (name, got)
     assert got["/var/lib/ai-l1-remediate"] == ["700", "ai-l1-remediate", "ai-l1-remediate"], got
-    assert TOKEN not in on(HOST, "cat /etc/ai-l1-remediate/remediation.yml").stdout
+    config = on(HOST, "cat /etc/ai-l1-remediate/remediation.yml").stdout
+    assert TOKEN not in config
+    assert yaml.safe_load(config)["listen"]["host"] == ADDRESS  # not every address of the host
     assert call("/readyz") == (200, {"status": "ok"})
 
 
