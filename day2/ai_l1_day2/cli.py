@@ -25,7 +25,7 @@ from typing import Any, TextIO
 import yaml
 
 from ai_l1_day2 import __version__
-from ai_l1_day2.runner import INVENTORY_ENV, OPERATIONS, BadInput, RunResult, resolve_inventory, run_operation
+from ai_l1_day2.runner import INVENTORY_ENV, OPERATIONS, BadInput, RunResult, inventory_manager, run_operation
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -224,11 +224,9 @@ def check_hosts(inventory: str | Path, patterns: list[str], *, max_nodes: int | 
     caller passes this list, not the patterns, as the run's limit, so what is checked is what runs.
     BadInput when a part of a pattern is not a plain name or '*' glob (NODE_PART), selects no host,
     when they select more than max_nodes hosts, or a control plane that is not allowed."""
-    from ansible.inventory.manager import InventoryManager, split_host_pattern  # noqa: PLC0415
-    from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415 - only when a node is named
+    from ansible.inventory.manager import split_host_pattern  # noqa: PLC0415 - only when a node is named
 
-    path = resolve_inventory(inventory)
-    manager = InventoryManager(loader=DataLoader(), sources=[str(path)])
+    manager = inventory_manager(inventory)
     hosts: list[str] = []
     control_planes: list[str] = []
     for pattern in patterns:

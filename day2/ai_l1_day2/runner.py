@@ -278,6 +278,14 @@ def resolve_inventory(inventory: str | Path, project: Path | None = None) -> Pat
     return path.resolve()
 
 
+def inventory_manager(inventory: str | Path):
+    """Ansible's own view of an inventory (InventoryManager): what a run on it will see."""
+    from ansible.inventory.manager import InventoryManager  # noqa: PLC0415 - only when hosts are resolved
+    from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415
+
+    return InventoryManager(loader=DataLoader(), sources=[str(resolve_inventory(inventory))])
+
+
 def _checked_paths(operation: str, inventory: Path, project: Path) -> tuple[Path, Path]:
     """The operation's playbook and the inventory (relative to the cwd, else the project)."""
     playbook = playbook_path(operation, project)

@@ -47,9 +47,10 @@ def serve(state: str, ready) -> None:
     from remediation_fakes import FakeExecutor, FakeNodes, make_config  # noqa: PLC0415
 
     logging.disable(logging.WARNING)  # one line per refusal would be the benchmark's own flood
-    conf = make_config(Path(state), ceiling={"max_fraction": 1.0, "pool_label": "accelerator"},
+    workers = tuple(f"gpu{i}" for i in range(1, 201))
+    conf = make_config(Path(state), workers=workers, ceiling={"max_fraction": 1.0, "pool_label": "accelerator"},
                        rate_limit={"max_runs": 1_000_000, "window_s": 600})
-    nodes = FakeNodes(names=tuple(f"gpu{i}" for i in range(1, 201)))
+    nodes = FakeNodes(names=workers)
     svc = Service(conf, Store(conf.db_path), nodes, FakeExecutor(conf.jobs_dir))
     srv = make_server(svc, "127.0.0.1", 0)
     ready.put(srv.server_address[1])

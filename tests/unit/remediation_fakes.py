@@ -14,13 +14,15 @@ TOKEN = "t0ken-for-unit-tests-0123456789"
 HMAC_KEY = "hmac-key-for-unit-tests-0123456789"
 
 
-def make_config(tmp_path, **overrides):
+def make_config(tmp_path, workers=("gpu1", "gpu2", "gpu3", "npu1"), **overrides):
     """A valid configuration: run.inventory (required with the runner backend, and it must exist) is
-    a one-line inventory in tmp_path unless the test's `run` names its own (or another backend)."""
+    an inventory in tmp_path with `workers` in k8s_worker (the isolate playbook acts on those only,
+    and the receiver refuses the others) unless the test's `run` names its own (or another backend)."""
     inventory = tmp_path / "remediation-inventory.yml"
-    if not inventory.exists():
-        inventory.parent.mkdir(parents=True, exist_ok=True)
-        inventory.write_text("all: {hosts: {gpu1: {}, gpu2: {}, gpu3: {}}}\n")
+    inventory.parent.mkdir(parents=True, exist_ok=True)
+    hosts = ", ".join(f"{w}: {{}}" for w in workers)
+    inventory.write_text(f"all: {{children: {{k8s_worker: {{hosts: {{{hosts}}}}}, "
+                         "k8s_control_plane: {hosts: {cp1: {}}}}}\n")
     raw = {"state_dir": str(tmp_path / "state"), "ceiling": {"max_fraction": 0.67, "pool_label": "accelerator"}}
     raw.update(overrides)
     run = dict(raw.get("run") or {})

@@ -3,6 +3,10 @@ dry-run, config validation. Decisions go through the real SQLite store."""
 
 from __future__ import annotations
 
+import os
+import time
+from pathlib import Path
+
 import pytest
 from ai_l1_day2.remediation import config as config_mod
 from ai_l1_day2.remediation import policy
@@ -20,6 +24,8 @@ class Clock:
 
 
 def service(tmp_path, nodes=None, clock=None, **cfg):
+    if nodes is not None:
+        cfg.setdefault("workers", tuple(nodes.items))
     conf = make_config(tmp_path, **cfg)
     clock = clock or Clock()
     store = Store(conf.db_path, clock=clock)
@@ -208,3 +214,24 @@ def test_config_requires_a_credential_and_never_shows_it(tmp_path):
     assert "t0ken" not in repr(cfg) and "hmac-key" not in repr(cfg)
     with pytest.raises(config_mod.ConfigError, match="shorter than 16"):
         config_mod.load(None, env={"AI_L1_REMEDIATE_TOKEN": "short"}, overrides={"state_dir": str(tmp_path)})
+
+
+def test_a_node_the_isolate_playbook_would_refuse_is_refused_before_any_change(tmp_path):
+    """A control plane carrying an accelerator label (not in the run inventory's k8s_worker): the
+    receiver must not cordon it and then watch the playbook refuse it."""
+    nodes = FakeNodes(names=["gpu1", "cp1"])
+    svc = service(tmp_path, nodes=nodes, workers=("gpu1",), ceiling={"max_fraction": 1.0, "pool_label": "accelerator"})
+    [d] = svc.handle_payload(payload(alert(host="cp1")))
+    assert d["decision"] == "refused" and "k8s_worker" in d["reason"] and d["job_id"] is None
+    assert svc.store.jobs() == [] and nodes.cordons == []
+    assert decide(svc, alert(host="gpu1")) == ["queued"]
+
+
+def test_the_run_inventory_is_read_again_when_it_changes(tmp_path):
+    nodes = FakeNodes(names=["gpu1", "gpu2"])
+    svc = service(tmp_path, nodes=nodes, workers=("gpu1",), ceiling={"max_fraction": 1.0, "pool_label": "accelerator"})
+    assert decide(svc, alert(host="gpu2")) == ["refused"]
+    inventory = Path(svc.cfg.inventory)
+    inventory.write_text("all: {children: {k8s_worker: {hosts: {gpu1: {}, gpu2: {}}}}}\n")
+    os.utime(inventory, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))
+    assert decide(svc, alert(host="gpu2", fp="again")) == ["queued"]

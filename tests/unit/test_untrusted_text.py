@@ -60,7 +60,9 @@ def project(tmp_path, monkeypatch):
     records.mkdir()
     host = {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}",
             "record_dir": str(records)}
-    (root / "inventory.yml").write_text(yaml.safe_dump({"all": {"hosts": {"gpu1": host, "gpu2": host}}}))
+    # The workers in k8s_worker, as the real isolate playbook requires (the receiver refuses others).
+    (root / "inventory.yml").write_text(yaml.safe_dump(
+        {"all": {"children": {"k8s_worker": {"hosts": {"gpu1": host, "gpu2": host}}}}}))
     monkeypatch.setenv(runner.PROJECT_ENV, str(root))
     monkeypatch.setenv(runner.RUNS_ENV, str(tmp_path / "runs"))
     return root

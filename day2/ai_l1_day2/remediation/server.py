@@ -210,6 +210,7 @@ class Server:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._stopped = threading.Event()
+        self._shutdown = threading.Event()
         # /readyz is unauthenticated: its checks run on a thread of their own, so a flood of
         # probes queues behind itself, never in front of a decision.
         self._probe_pool = ThreadPoolExecutor(1, thread_name_prefix="probe")
@@ -223,13 +224,16 @@ class Server:
             self._stopped.set()
 
     def shutdown(self) -> None:
+        """End serve_forever and wait for it (as socketserver: called before serve_forever has
+        started, serve_forever returns at once when it does)."""
+        self._shutdown.set()
         loop, stop = self._loop, self._stop
         if loop is not None and stop is not None:
             try:
                 loop.call_soon_threadsafe(stop.set)
             except RuntimeError:  # the loop has ended already
                 return
-            self._stopped.wait()
+        self._stopped.wait()
 
     def server_close(self) -> None:
         self.socket.close()
@@ -240,6 +244,8 @@ class Server:
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
+        if self._shutdown.is_set():  # shutdown() came first
+            return
         server = await asyncio.start_server(
             self._connection, sock=self.socket, ssl=self.tls, limit=MAX_HEAD,
             ssl_handshake_timeout=SOCKET_TIMEOUT_S if self.tls else None)

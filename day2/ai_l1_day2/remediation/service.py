@@ -44,6 +44,9 @@ class PayloadError(ValueError):
 
 
 JOB_DIR = re.compile(r"^job-(\d+)$")
+# The groups a node must be in for the operation's playbook to act on it (its validation play's
+# day2_validate_groups): a node outside them is refused before anything is changed on it.
+OPERATION_GROUPS = {"isolate": ("k8s_worker",)}
 RETRY_MAX_S = 30.0
 
 
@@ -70,6 +73,7 @@ class Service:
         self._lockfile = None
         # Runs a dead receiver left alive: the workers wait for them before taking new jobs.
         self._adopted: list[dict] = []
+        self._inventory_view: tuple[tuple, dict[str, frozenset[str]]] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
     def acquire_state_dir(self) -> None:
@@ -186,6 +190,8 @@ class Service:
         now = self.clock()
         with self.store.transaction() as db:
             d = policy.decide(alert, self.cfg, store=self.store, db=db, nodes=nodes, now=now)
+            if d.decision in ("queued", "dry-run") and (why := self.refused_by_playbook(d.node)):
+                d.decision, d.reason = "refused", why
             if d.decision in ("queued", "dry-run"):
                 d.job_id = self.store.insert_job(db, node=d.node, kind=d.kind, detail=d.detail, alertname=d.alertname,
                                                  fingerprint=d.fingerprint, pool=d.pool, state=d.decision)
@@ -198,6 +204,33 @@ class Service:
         level = logging.WARNING if d.decision == "refused" else logging.INFO
         log(LOG, level, "alert " + d.decision, **d.as_dict(), remote=remote)
         return d.as_dict()
+
+    def refused_by_playbook(self, node: str) -> str:
+        """Why the operation's playbook would refuse the node ('' when it would act on it), from
+        the run inventory as Ansible reads it: the receiver changes nothing (no precordon) on a
+        node the run then refuses. Only the runner backend has the inventory at hand."""
+        groups = OPERATION_GROUPS.get(self.cfg.operation)
+        if not groups or self.cfg.backend != "runner" or not self.cfg.inventory:
+            return ""
+        membership = self._inventory_groups()
+        if any(node in membership.get(group, ()) for group in groups):
+            return ""
+        return (f"{node} is not in {' or '.join(groups)} of the run inventory {self.cfg.inventory}: the "
+                f"{self.cfg.operation} playbook would refuse it, so nothing is changed on it")
+
+    def _inventory_groups(self) -> dict[str, frozenset[str]]:
+        """group -> host names of the run inventory, read again when one of its files changes."""
+        from ai_l1_day2.runner import inventory_manager  # noqa: PLC0415 (ansible-core, loaded when needed)
+
+        root = os.path.realpath(self.cfg.inventory)
+        files = [root] if os.path.isfile(root) else sorted(
+            os.path.join(d, f) for d, _, names in os.walk(root) for f in names)
+        stamp = tuple((f, os.stat(f).st_mtime_ns) for f in files)
+        if self._inventory_view is None or self._inventory_view[0] != stamp:
+            manager = inventory_manager(root)
+            view = {name: frozenset(h.name for h in group.get_hosts()) for name, group in manager.groups.items()}
+            self._inventory_view = (stamp, view)
+        return self._inventory_view[1]
 
     # -- workers -------------------------------------------------------------------------
     def _worker(self) -> None:
