@@ -1,11 +1,22 @@
 """kopf handlers: a GPUQuota is applied on create, change and resume, re-checked on a timer (so
 validUntil takes effect without an edit), and what it created is removed on delete (kopf's
-finalizer keeps the object until the cleanup succeeded)."""
+finalizer keeps the object until the cleanup succeeded).
+
+Ownership: everything a GPUQuota creates carries the annotation ai.internal/gpuquota:
+<namespace>/<name>. An object of a target name without that mark is never patched (reconcile
+leaves it, Ready=False NotOwner, a Warning event) nor deleted (cleanup leaves it).
+
+Fail closed: a spec the controller cannot enforce (gpuquota_errors: e.g. a validUntil or
+totalGPUs an older or looser schema let through) is not a crash; its objects are applied with
+0 GPUs and no borrowing, as on expiry (a new quota gets them at 0, an existing one drops its old
+cap), with Ready=False InvalidSpec and a Warning event, until the spec is fixed.
+"""
 
 from __future__ import annotations
 
 import datetime
 import json
+import logging
 import os
 
 import kopf
@@ -16,6 +27,7 @@ from kubernetes.dynamic.exceptions import NotFoundError
 
 GROUP, VERSION, PLURAL = model.GPUQUOTA_GROUP, "v1", "gpuquotas"
 FIELD_MANAGER = model.GPUQUOTA_MANAGED_BY
+LOG = logging.getLogger(__name__)
 
 
 def settings(env=os.environ) -> dict:
@@ -54,6 +66,14 @@ def client() -> dynamic.DynamicClient:
     return _CLIENT
 
 
+def get(api_version: str, kind: str, name: str, namespace: str | None = None) -> dict | None:
+    resource = client().resources.get(api_version=api_version, kind=kind)
+    try:
+        return resource.get(name=name, namespace=namespace).to_dict()
+    except NotFoundError:
+        return None
+
+
 def apply(obj: dict) -> None:
     meta = obj["metadata"]
     resource = client().resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
@@ -61,23 +81,47 @@ def apply(obj: dict) -> None:
                                field_manager=FIELD_MANAGER, force_conflicts=True)
 
 
-def delete(api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
+def delete(api_version: str, kind: str, name: str, namespace: str | None, uid: str) -> bool:
+    """Delete the object read as `uid`: the API refuses (409) if it has been replaced since."""
     resource = client().resources.get(api_version=api_version, kind=kind)
     try:
-        resource.delete(name=name, namespace=namespace)
+        resource.delete(name=name, namespace=namespace, body={"preconditions": {"uid": uid}})
     except NotFoundError:
         return False
     return True
+
+
+def delete_owned(api_version: str, kind: str, name: str, namespace: str | None, owner: str) -> bool:
+    """Delete the object only when it carries `owner`'s mark; one without it is left alone."""
+    found = get(api_version, kind, name, namespace)
+    if found is None:
+        return False
+    if not model.gpuquota_owned_by(found, owner):
+        LOG.warning("left %s %s: it is not GPUQuota %s's", kind, "/".join(filter(None, (namespace, name))), owner)
+        return False
+    return delete(api_version, kind, name, namespace, found["metadata"]["uid"])
+
+
+def queue_kind(backend: str) -> tuple[str, str]:
+    return (model.KUEUE_API, "ClusterQueue") if backend == "kueue" else (model.VOLCANO_API, "Queue")
+
+
+def ref(obj: dict) -> str:
+    return "/".join(filter(None, (obj["kind"], obj["metadata"].get("namespace"), obj["metadata"]["name"])))
 
 
 def now() -> datetime.datetime:
     return datetime.datetime.now(datetime.timezone.utc)
 
 
-def conditions(state: dict, generation, when: str, old: list | None, error: str = "") -> list[dict]:
-    """Ready and Expired, with lastTransitionTime kept while a status does not change."""
-    if error:
-        ready = ("False", "ApplyFailed", error)
+def conditions(state: dict, generation, when: str, old: list | None,
+               refused: tuple[str, str] | None = None) -> list[dict]:
+    """Ready and Expired, with lastTransitionTime kept while a status does not change. refused:
+    (reason, message) of a failure (ApplyFailed, NotOwner); an invalid spec is InvalidSpec."""
+    if refused:
+        ready = ("False", *refused)
+    elif state["errors"]:
+        ready = ("False", "InvalidSpec", f"{'; '.join(state['errors'])}: quota set to 0 GPUs until the spec is fixed")
     elif state["expired"]:
         ready = ("True", "Expired", "validUntil has passed: the quota is 0, running Pods keep running")
     else:
@@ -85,8 +129,11 @@ def conditions(state: dict, generation, when: str, old: list | None, error: str 
         if state["unenforced"]:
             msg += f"; not enforced by the backend: {', '.join(state['unenforced'])}"
         ready = ("True", "Reconciled", msg)
-    expired = ("True", "ValidUntilPassed", "validUntil has passed") if state["expired"] else \
-        ("False", "Valid", "within validUntil")
+    if state["errors"]:
+        expired = ("Unknown", "InvalidSpec", "the spec is invalid")
+    else:
+        expired = ("True", "ValidUntilPassed", "validUntil has passed") if state["expired"] else \
+            ("False", "Valid", "within validUntil")
     previous = {c.get("type"): c for c in old or []}
     out = []
     for ctype, (status, reason, message) in (("Ready", ready), ("Expired", expired)):
@@ -94,6 +141,15 @@ def conditions(state: dict, generation, when: str, old: list | None, error: str 
             if previous.get(ctype, {}).get("status") == status else when
         out.append({"type": ctype, "status": status, "reason": reason, "message": message,
                     "lastTransitionTime": since or when, "observedGeneration": generation})
+    return out
+
+
+def not_owned(objects: list[dict], found: dict[str, dict | None], owner: str) -> list[dict]:
+    """The objects whose target exists (`found`, by ref) without `owner`'s mark, and the LocalQueue
+    when its queue is one of them (it would send the namespace's work to a queue not its own)."""
+    out = [o for o in objects if found[ref(o)] is not None and not model.gpuquota_owned_by(found[ref(o)], owner)]
+    if any(o["kind"] in ("ClusterQueue", "Queue") for o in out):
+        out += [o for o in objects if o["kind"] == "LocalQueue" and o not in out]
     return out
 
 
@@ -106,22 +162,41 @@ def reconcile_one(name: str, namespace: str, spec: dict, *, body, status: dict, 
         memory_per_gpu=settings_["memory_per_gpu"])
     when = at.strftime("%Y-%m-%dT%H:%M:%SZ")
     generation = (body.get("metadata") or {}).get("generation")
+    owner = model.gpuquota_owner(namespace, name)
     try:
-        for obj in objects:
+        found = {ref(o): get(o["apiVersion"], o["kind"], o["metadata"]["name"], o["metadata"].get("namespace"))
+                 for o in objects}
+        refused = not_owned(objects, found, owner)
+        applied = [o for o in objects if o not in refused]
+        for obj in applied:
+            old = found[ref(obj)]
+            if obj["kind"] == "LocalQueue" and old and (old.get("spec") or {}).get("clusterQueue") != \
+                    obj["spec"]["clusterQueue"]:  # immutable in Kueue: re-pointed (legacy name) by a re-create
+                delete(obj["apiVersion"], obj["kind"], obj["metadata"]["name"], namespace, old["metadata"]["uid"])
             apply(obj)
+        if not refused:  # the queue's name before the hash (an older controller's), once re-pointed
+            delete_owned(*queue_kind(settings_["backend"]), model.gpuquota_names(name, namespace)["legacy_queue"],
+                         None, owner)
     except Exception as exc:  # the API's refusal goes on the object, kopf retries
-        patch.status["conditions"] = conditions(state, generation, when, status.get("conditions"), str(exc)[:500])
+        patch.status["conditions"] = conditions(state, generation, when, status.get("conditions"),
+                                                ("ApplyFailed", str(exc)[:500]))
         kopf.warn(body, reason="ApplyFailed", message=str(exc)[:500])
         raise kopf.TemporaryError(f"applying {name}: {exc}", delay=15) from exc
     summary = {"gpus": state["gpus"], "expired": state["expired"], "backend": settings_["backend"],
-               "objects": ["/".join(filter(None, (o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"])))
-                           for o in objects]}
-    changed = any(status.get(k) != v for k, v in summary.items())
+               "objects": [ref(o) for o in applied]}
+    failure = ("NotOwner", f"not taken over, they exist without annotation {model.OWNER_ANNOTATION}={owner}: "
+               f"{', '.join(ref(o) for o in refused)}") if refused else None
+    new = conditions(state, generation, when, status.get("conditions"), failure)
+    old_ready = {c.get("type"): c for c in status.get("conditions") or []}.get("Ready", {})
+    changed = any(status.get(k) != v for k, v in summary.items()) or \
+        (old_ready.get("reason"), old_ready.get("message")) != (new[0]["reason"], new[0]["message"])
     patch.status.update(summary)
     patch.status["observedGeneration"] = generation
-    patch.status["conditions"] = conditions(state, generation, when, status.get("conditions"))
+    patch.status["conditions"] = new
     if changed:
-        if state["expired"]:
+        if refused or state["errors"]:
+            kopf.warn(body, reason=new[0]["reason"], message=new[0]["message"][:500])
+        elif state["expired"]:
             kopf.warn(body, reason="Expired", message="validUntil has passed: quota set to 0 GPUs")
         else:
             kopf.info(body, reason="Reconciled", message=f"{state['gpus']} GPUs through {settings_['backend']}")
@@ -146,10 +221,11 @@ def resync(name, namespace, spec, **kwargs):
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)
 def cleanup(name, namespace, **_):
-    names = model.gpuquota_names(name, namespace)
-    delete("v1", "ResourceQuota", names["resource_quota"], namespace)
+    # Only what carries this GPUQuota's mark: a team's own LocalQueue or ResourceQuota of the same
+    # name, or another GPUQuota's queue, is left alone.
+    names, owner = model.gpuquota_names(name, namespace), model.gpuquota_owner(namespace, name)
+    delete_owned("v1", "ResourceQuota", names["resource_quota"], namespace, owner)
     if SETTINGS["backend"] == "kueue":
-        delete(model.KUEUE_API, "LocalQueue", names["local_queue"], namespace)
-        delete(model.KUEUE_API, "ClusterQueue", names["queue"])
-    else:
-        delete(model.VOLCANO_API, "Queue", names["queue"])
+        delete_owned(model.KUEUE_API, "LocalQueue", names["local_queue"], namespace, owner)
+    for queue in (names["queue"], names["legacy_queue"]):
+        delete_owned(*queue_kind(SETTINGS["backend"]), queue, None, owner)

@@ -276,6 +276,11 @@ def gpu_pod(name: str, gpus: int, sleep: int = 600) -> dict:
                                                    '"1", "2", "3", "4", "5"'),
     ({"totalGPUs": 8}, "spec.team: Required value"),
     ({"team": "t", "totalGPUs": 8, "validUntil": "next week"}, "spec.validUntil: Invalid value"),
+    # The date-time format alone admits these; the pattern does not.
+    ({"team": "t", "totalGPUs": 8, "validUntil": "2026-12-02T11:00:00ZtFOO"}, "spec.validUntil: Invalid value"),
+    ({"team": "t", "totalGPUs": 8, "validUntil": "0000-01-01T00:00:00Z"}, "spec.validUntil: Invalid value"),
+    ({"team": "t", "totalGPUs": 100001}, "spec.totalGPUs: Invalid value: 100001: spec.totalGPUs in body should be "
+                                         "less than or equal to 100000"),
 ])
 def test_an_invalid_gpuquota_is_refused_by_the_schema(kube, gq_namespace, spec, message):  # noqa: ARG001
     with pytest.raises(kube.ApiException) as exc:
@@ -291,7 +296,8 @@ def test_gpuquota_caps_the_namespace_and_is_removed_whole(kube, gq_namespace):
     assert (ready["status"], ready["reason"]) == ("True", "Reconciled"), ready
     quota = kube.core.read_namespaced_resource_quota("gpuquota-team-a", gq_namespace)
     assert quota.spec.hard == {"requests.nvidia.com/gpu": "8", "requests.huawei.com/Ascend910": "0"}
-    queue = cluster_queue(kube, f"gpuquota-{gq_namespace}-team-a")
+    queue_name = model.gpuquota_names("team-a", gq_namespace)["queue"]  # gpuquota-<ns>-team-a-<hash>
+    queue = cluster_queue(kube, queue_name)
     gpu_group = [g for g in queue["spec"]["resourceGroups"] if g["coveredResources"] == ["nvidia.com/gpu"]][0]
     assert gpu_group["flavors"][0]["resources"][0]["nominalQuota"] in ("8", 8)
     assert queue["spec"]["fairSharing"]["weight"] in ("4", 4)
@@ -319,7 +325,7 @@ def test_gpuquota_caps_the_namespace_and_is_removed_whole(kube, gq_namespace):
         queues = kube.custom.list_cluster_custom_object(*KUEUE, "clusterqueues")["items"]
         names = [q["metadata"]["name"] for q in queues]
         locals_ = kube.custom.list_namespaced_custom_object(*KUEUE, gq_namespace, "localqueues")["items"]
-        return f"gpuquota-{gq_namespace}-team-a" not in names and not locals_
+        return queue_name not in names and not locals_
     wait_for("the ResourceQuota, ClusterQueue and LocalQueue of team-a removed", gone, timeout=120)
 
 

@@ -2,6 +2,7 @@
 absolute for Volcano, the Kueue mapping field by field, and what a GPUQuota becomes."""
 
 import datetime
+import re
 from decimal import Decimal
 from pathlib import Path
 
@@ -151,6 +152,9 @@ def test_filters():
     assert filters["gpu_queue_flavors"]({"resources": []}) == []
 
 
+QUEUE = "gpuquota-team-a-ai-platform-quota-463c261b9b19ddca"  # sha256("team-a/ai-platform-quota")[:16]
+
+
 def gpuquota(spec, backend="kueue", flavors=(A100, NPU)):
     return model.gpuquota_objects("ai-platform-quota", "team-a", spec, backend=backend, flavors=list(flavors),
                                   cohort="gpu-pool", now=NOW, cpu_per_gpu="16", memory_per_gpu="128Gi")
@@ -163,21 +167,20 @@ def test_gpuquota_becomes_a_resource_quota_and_a_queue():
     assert rq["metadata"]["namespace"] == "team-a"
     # Only NVIDIA models allowed: the Ascend resource gets none.
     assert rq["spec"]["hard"] == {"requests.nvidia.com/gpu": "8", "requests.huawei.com/Ascend910": "0"}
-    cq = by_kind(objects, "ClusterQueue")["gpuquota-team-a-ai-platform-quota"]
+    cq = by_kind(objects, "ClusterQueue")[QUEUE]
     assert cq["spec"]["fairSharing"] == {"weight": "4"}
     assert cq["spec"]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "team-a"}}
     assert limits(cq, "nvidia.com/gpu") == ("a100-sxm-80gb", {"nominalQuota": "8", "borrowingLimit": "0"})
     assert limits(cq, "cpu")[1] == {"nominalQuota": "128", "borrowingLimit": "0"}
     assert limits(cq, "memory")[1]["nominalQuota"] == "1Ti"
-    assert by_kind(objects, "LocalQueue")["ai-platform-quota"]["spec"] == {
-        "clusterQueue": "gpuquota-team-a-ai-platform-quota"}
+    assert by_kind(objects, "LocalQueue")["ai-platform-quota"]["spec"] == {"clusterQueue": QUEUE}
     assert state == {"expired": False, "gpus": 8, "resources": {"huawei.com/Ascend910": 0, "nvidia.com/gpu": 8},
-                     "unenforced": ["excludedNodes"]}
+                     "errors": [], "unenforced": ["excludedNodes"]}
 
 
 def test_preemptible_gpuquota_may_borrow():
     objects, _ = gpuquota({"team": "t", "totalGPUs": 2, "preemptible": True})
-    cq = by_kind(objects, "ClusterQueue")["gpuquota-team-a-ai-platform-quota"]
+    cq = by_kind(objects, "ClusterQueue")[QUEUE]
     assert limits(cq, "nvidia.com/gpu")[1] == {"nominalQuota": "2"}
 
 
@@ -185,14 +188,86 @@ def test_expired_gpuquota_keeps_its_objects_at_zero():
     objects, state = gpuquota({"team": "t", "totalGPUs": 8, "validUntil": "2026-12-02T11:59:59Z"})
     assert state["expired"] is True and state["gpus"] == 0
     assert set(by_kind(objects, "ResourceQuota")["gpuquota-ai-platform-quota"]["spec"]["hard"].values()) == {"0"}
-    cq = by_kind(objects, "ClusterQueue")["gpuquota-team-a-ai-platform-quota"]
+    cq = by_kind(objects, "ClusterQueue")[QUEUE]
     assert limits(cq, "nvidia.com/gpu")[1]["nominalQuota"] == "0"
     _, state = gpuquota({"team": "t", "totalGPUs": 8, "validUntil": "2026-12-02T12:00:01+00:00"})
     assert state["expired"] is False
+    # Expired and preemptible: zero quota, and no borrowing past it either.
+    objects, _ = gpuquota({"team": "t", "totalGPUs": 8, "preemptible": True, "validUntil": "2026-12-02T11:00:00Z"})
+    assert limits(by_kind(objects, "ClusterQueue")[QUEUE], "nvidia.com/gpu")[1] == {
+        "nominalQuota": "0", "borrowingLimit": "0"}
+
+
+DNS_LABEL = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+
+
+def test_gpuquota_queue_names_do_not_collide_across_namespaces():
+    # <namespace>-<name> alone is ambiguous: both were gpuquota-research-lab-x.
+    one, two = model.gpuquota_names("x", "research-lab"), model.gpuquota_names("lab-x", "research")
+    assert one["queue"] == "gpuquota-research-lab-x-ee956a7d847624c4"
+    assert two["queue"] == "gpuquota-research-lab-x-d27f9b83bdf94688"
+    assert one["legacy_queue"] == two["legacy_queue"] == "gpuquota-research-lab-x"
+    # Long names are cut to 63 (a label value), never end in '-', still distinct.
+    longest = [model.gpuquota_names(name, ns) for ns, name in (("a" * 63, "b" * 253), ("a" * 63, "b" * 252),
+                                                               ("n" * 50, "-x." * 60 + "y"))]
+    for names in [one, two, *longest]:
+        assert re.fullmatch(DNS_LABEL, names["queue"]) and names["queue"].startswith("gpuquota-"), names
+        assert len(names["resource_quota"]) <= 253 and not names["resource_quota"].endswith("-")
+    assert len({n["queue"] for n in longest}) == len(longest)
+    assert longest[0]["queue"] == "gpuquota-" + "a" * 37 + "-9af69da2264cff5f"
+    assert model.gpuquota_names("ai-platform-quota", "team-a")["resource_quota"] == "gpuquota-ai-platform-quota"
+
+
+@pytest.mark.parametrize("spec", [
+    {"validUntil": "2026-12-02T11:00:00ZtFOO"},     # trailing text after a second 't'
+    {"validUntil": "2026-12-02T11:00:00x5Z"},       # any character before the fraction
+    {"validUntil": "2026-12-02T11:00:00+99:99"},    # an offset past 23:59
+    {"validUntil": "0000-01-01T00:00:00Z"},         # year 0000
+    {"validUntil": "2026-02-30T00:00:00Z"},
+    {"totalGPUs": 10**14},                          # Decimal overflow in cpu/memory per GPU
+    {"totalGPUs": 100001},
+    {"totalGPUs": True}, {"priority": 9}, {"preemptible": "yes"}, {"allowedModels": "A100"},
+])
+def test_an_invalid_gpuquota_fails_closed(spec):
+    for backend in ("kueue", "volcano"):
+        objects, state = gpuquota({"team": "t", "totalGPUs": 8, "preemptible": True, **spec}, backend=backend)
+        assert state["errors"] and state["gpus"] == 0 and state["expired"] is False, state
+        assert set(by_kind(objects, "ResourceQuota")["gpuquota-ai-platform-quota"]["spec"]["hard"].values()) == {"0"}
+    cq = by_kind(gpuquota({"team": "t", "totalGPUs": 8, "preemptible": True, **spec})[0], "ClusterQueue")[QUEUE]
+    assert all(r["nominalQuota"] == "0" and r["borrowingLimit"] == "0" for g in cq["spec"]["resourceGroups"]
+               for f in g["flavors"] for r in f["resources"])
+
+
+CRD_SPEC = yaml.safe_load((ROOT / "roles/gpu_queues/files/gpuquota-crd.yml").read_text())[
+    "spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+
+
+@pytest.mark.parametrize(("text", "valid"), [
+    ("2026-12-02T11:00:00Z", True), ("2026-12-02t11:00:00z", True), ("2026-12-02T11:00:00.5+05:30", True),
+    ("2026-12-02T11:00:00.123456789-23:59", True), ("0001-01-01T00:00:00+01:00", True),
+    ("9999-12-31T23:59:59-23:59", True),
+    ("2026-12-02T11:00:00ZtFOO", False), ("2026-12-02T11:00:00x5Z", False), ("2026-12-02T11:00:00,5Z", False),
+    ("2026-12-02T11:00:00+99:99", False), ("0000-01-01T00:00:00Z", False), ("2026-12-02T11:00:60Z", False),
+    ("2026-12-02T11:00:00", False), ("2026-12-02 11:00:00Z", False), ("+2026-12-02T11:00:00Z", False),
+    ("2026-12-02T11:00Z", False), ("next week", False), ("", False),
+])
+def test_valid_until_is_rfc3339_in_the_crd_and_the_controller(text, valid):
+    # The CRD's pattern (Go's RE2 on the API server, the same syntax here) and the controller's
+    # parser take the same strings.
+    assert bool(re.search(CRD_SPEC["validUntil"]["pattern"], text)) == valid
+    if valid:
+        until = model.gpuquota_valid_until(text)
+        assert until.tzinfo is not None
+        assert model.gpuquota_expired({"validUntil": text}, NOW) == (until <= NOW)
+    else:
+        with pytest.raises(model.ModelError, match="RFC 3339"):
+            model.gpuquota_valid_until(text)
+    assert CRD_SPEC["validUntil"]["format"] == "date-time"
+    assert CRD_SPEC["totalGPUs"]["maximum"] == model.GPUQUOTA_MAX_GPUS == 100000
 
 
 def test_gpuquota_for_volcano():
     objects, _ = gpuquota({"team": "t", "totalGPUs": 3, "priority": 2, "preemptible": True}, backend="volcano")
-    queue = by_kind(objects, "Queue")["gpuquota-team-a-ai-platform-quota"]
+    queue = by_kind(objects, "Queue")[QUEUE]
     assert queue["spec"] == {"weight": 2, "reclaimable": True,
                              "capability": {"huawei.com/Ascend910": "3", "nvidia.com/gpu": "3"}}

@@ -19,6 +19,7 @@ Pure functions only (no Kubernetes client): the role's filter plugin and the GPU
 
 from __future__ import annotations
 
+import hashlib
 import re
 from decimal import ROUND_FLOOR, Decimal, InvalidOperation
 
@@ -326,20 +327,100 @@ MANAGED_LABEL = "app.kubernetes.io/managed-by"
 OWNER_ANNOTATION = "ai.internal/gpuquota"
 
 
+GPUQUOTA_MAX_GPUS = 100000  # the CRD's maximum: cpu and memory per GPU stay exact Decimals below it
+# RFC 3339 date-time, the CRD's pattern for validUntil: what Kubernetes' date-time format alone admits
+# also takes trailing text after a second 't', any character before the fraction and offsets past 23:59.
+GPUQUOTA_DATE_TIME = re.compile(
+    r"(?P<date>(000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01]))"
+    r"[Tt](?P<time>([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9])(\.(?P<fraction>[0-9]+))?"
+    r"(?P<zone>[Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])")
+
+
+def gpuquota_valid_until(text):
+    """validUntil as an aware datetime; ModelError for anything but an RFC 3339 date-time."""
+    from datetime import datetime  # noqa: PLC0415 (only these helpers need it)
+
+    found = GPUQUOTA_DATE_TIME.fullmatch(text) if isinstance(text, str) else None
+    if not found:
+        raise ModelError(f"{text!r} is not an RFC 3339 date-time (e.g. 2026-12-31T23:59:59Z)")
+    zone = found["zone"].upper().replace("Z", "+00:00")
+    fraction = f".{found['fraction'][:6]:0<6}" if found["fraction"] else ""
+    try:  # a day past the month's end
+        return datetime.fromisoformat(f"{found['date']}T{found['time']}{fraction}{zone}")
+    except ValueError as exc:
+        raise ModelError(f"{text!r} is not a date: {exc}") from exc
+
+
 def gpuquota_expired(spec: dict, now) -> bool:
     """validUntil (RFC 3339) is past. `now` is an aware datetime."""
-    from datetime import datetime  # noqa: PLC0415 (only this helper needs it)
-
     until = spec.get("validUntil")
-    if not until:
-        return False
-    return datetime.fromisoformat(str(until).replace("Z", "+00:00")) <= now
+    return until is not None and gpuquota_valid_until(until) <= now
+
+
+def gpuquota_errors(spec) -> list[str]:
+    """What the controller cannot enforce as written, each naming the field. The CRD's schema
+    refuses most of it; this catches what the API server stores anyway (objects stored under an
+    older schema, values a looser schema admits)."""
+    if not isinstance(spec, dict):
+        return ["spec: an object is required"]
+    errors = []
+    if not isinstance(spec.get("team"), str) or not spec["team"]:
+        errors.append(f"team: {spec.get('team')!r} is not a non-empty string")
+    total = spec.get("totalGPUs")
+    if isinstance(total, bool) or not isinstance(total, int) or not 0 <= total <= GPUQUOTA_MAX_GPUS:
+        errors.append(f"totalGPUs: {total!r} is not an integer from 0 to {GPUQUOTA_MAX_GPUS}")
+    priority = spec.get("priority", 3)
+    if isinstance(priority, bool) or not isinstance(priority, int) or not 1 <= priority <= 5:
+        errors.append(f"priority: {priority!r} is not an integer from 1 to 5")
+    if not isinstance(spec.get("preemptible", False), bool):
+        errors.append(f"preemptible: {spec['preemptible']!r} is not a boolean")
+    if spec.get("validUntil") is not None:
+        try:
+            gpuquota_valid_until(spec["validUntil"])
+        except ModelError as exc:
+            errors.append(f"validUntil: {exc}")
+    for key in ("allowedModels", "excludedNodes"):
+        value = spec.get(key) or []
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            errors.append(f"{key}: {value!r} is not a list of strings")
+    return errors
+
+
+def _hashed_name(readable: str, key: str, limit: int) -> str:
+    """gpuquota-<readable, cut to fit>-<16 hex of sha256(key)>: a DNS-1123 label (subdomain past
+    63) of at most `limit` characters, distinct for distinct keys whatever the readable part is."""
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    readable = re.sub(r"[^a-z0-9]+", "-", readable.lower())[:limit - len("gpuquota--") - len(digest)].strip("-")
+    return f"gpuquota-{readable}-{digest}" if readable else f"gpuquota-{digest}"
 
 
 def gpuquota_names(name: str, namespace: str) -> dict:
-    """What a GPUQuota creates: a ResourceQuota beside it, a cluster-wide queue, a LocalQueue."""
-    return {"resource_quota": f"gpuquota-{name}", "queue": f"gpuquota-{namespace}-{name}"[:253],
-            "local_queue": name}
+    """What a GPUQuota creates: a ResourceQuota beside it, a cluster-wide queue, a LocalQueue.
+
+    The cluster-wide queue is `gpuquota-<namespace>-<name, cut to fit>-<hash of namespace/name>`,
+    at most 63 characters (a label value wherever a consumer uses it as one): `<namespace>-<name>`
+    alone is ambiguous (research-lab/x and research/lab-x). The namespaced names cannot collide
+    across namespaces. legacy_queue: the name before the hash, removed when it carries this
+    GPUQuota's mark."""
+    rq = f"gpuquota-{name}"
+    return {"resource_quota": rq if len(rq) <= 253 else _hashed_name(name, name, 253),
+            "queue": _hashed_name(f"{namespace}-{name}", f"{namespace}/{name}", 63),
+            "local_queue": name, "legacy_queue": f"gpuquota-{namespace}-{name}"[:253]}
+
+
+def gpuquota_owner(namespace: str, name: str) -> str:
+    """The mark (annotation OWNER_ANNOTATION) on everything a GPUQuota creates: the controller
+    patches and deletes only objects that carry it."""
+    return f"{namespace}/{name}"
+
+
+def gpuquota_owned_by(obj, owner: str) -> bool:
+    return (((obj or {}).get("metadata") or {}).get("annotations") or {}).get(OWNER_ANNOTATION) == owner
+
+
+def _label_value(text: str) -> str:
+    """text as a valid label value (the API refuses the whole object for a bad one)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text)[:63].strip("-._")
 
 
 def gpuquota_resources(spec: dict, flavors: list[dict]) -> dict[str, int]:
@@ -359,19 +440,26 @@ def gpuquota_objects(name: str, namespace: str, spec: dict, *, backend: str, fla
 
     An expired GPUQuota keeps its objects with zero quota: nothing new is admitted, and running
     Pods are not touched (a ResourceQuota never evicts; Kueue keeps admitted workloads when a
-    quota shrinks)."""
-    expired = gpuquota_expired(spec, now)
+    quota shrinks). An invalid one (state["errors"], gpuquota_errors) fails closed the same way:
+    its objects are rendered with 0 GPUs from its name alone, never with its old or its bad cap.
+    Either way a Kueue queue does not borrow: zero quota means nothing admitted."""
+    errors = gpuquota_errors(spec)
+    if errors:
+        spec = {"team": spec.get("team") if isinstance(spec, dict) and isinstance(spec.get("team"), str) else "",
+                "totalGPUs": 0}
+    expired = not errors and gpuquota_expired(spec, now)
     names = gpuquota_names(name, namespace)
     per_resource = gpuquota_resources({**spec, "totalGPUs": 0 if expired else spec["totalGPUs"]}, flavors)
     gpus = max(per_resource.values())
-    meta_labels = {MANAGED_LABEL: GPUQUOTA_MANAGED_BY, TEAM_LABEL: str(spec["team"])[:63]}
-    owner = {OWNER_ANNOTATION: f"{namespace}/{name}"}
+    meta_labels = {MANAGED_LABEL: GPUQUOTA_MANAGED_BY, TEAM_LABEL: _label_value(spec["team"])}
+    owner = {OWNER_ANNOTATION: gpuquota_owner(namespace, name)}
+    borrows = bool(spec.get("preemptible", False)) and not (expired or errors)
     objects = [{"apiVersion": "v1", "kind": "ResourceQuota",
                 "metadata": {"name": names["resource_quota"], "namespace": namespace, "labels": meta_labels,
                              "annotations": owner},
                 "spec": {"hard": {f"requests.{r}": str(n) for r, n in per_resource.items()}}}]
     if backend == "kueue":
-        team = {"name": names["queue"], "reclaimable": bool(spec.get("preemptible", False)),
+        team = {"name": names["queue"], "reclaimable": borrows,
                 "capability": {"cpu": format_quantity(parse_quantity(cpu_per_gpu) * gpus, cpu_per_gpu),
                                "memory": format_quantity(parse_quantity(memory_per_gpu) * gpus, memory_per_gpu),
                                **per_resource}}
@@ -402,6 +490,6 @@ def gpuquota_objects(name: str, namespace: str, spec: dict, *, backend: str, fla
                                  "capability": {r: str(n) for r, n in per_resource.items()}}})
     else:
         raise ModelError(f"unknown backend {backend!r} (volcano or kueue)")
-    state = {"expired": expired, "gpus": gpus, "resources": per_resource,
+    state = {"expired": expired, "gpus": gpus, "resources": per_resource, "errors": errors,
              "unenforced": ["excludedNodes"] if spec.get("excludedNodes") else []}
     return objects, state
