@@ -19,7 +19,7 @@ fi
 mkdir -p "$root"
 tmp=$(mktemp -d "$root/.nvml-build.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-cflags=(-O2 -Wall -Wextra -Werror -Wno-format-truncation -std=gnu11)
+cflags=(-O2 -Wall -Wextra -Werror -Wno-format-truncation -std=gnu11 -pthread)
 gcc "${cflags[@]}" -fPIC -shared -fvisibility=hidden -Wl,-soname,libnvidia-ml.so.1 \
     -o "$tmp/libnvidia-ml.so.1" "$here/fake_nvml.c"
 gcc "${cflags[@]}" -o "$tmp/nvidia-smi" "$here/nvidia_smi.c" -L"$tmp" -l:libnvidia-ml.so.1
