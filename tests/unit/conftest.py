@@ -4,7 +4,8 @@
   and returns its JSON result with `_rc` (exit code) and `_out` (raw stdout) added.
 - `fake_switch(kind, **kw)`: starts a simulated switch over SSH (tests/hardware/switch) with the test
   module's PASSWORD; `switch_pair`: an Onyx one (leaf1, user admin) and a Cumulus NVUE one (leaf2,
-  user cumulus). `switch_spec(sw, **kw)` turns one into a switch_roce `switches` entry.
+  user cumulus). `switch_spec(sw, **kw)` turns one into a switch_roce `switches` entry that pins the
+  fake's SSH host key (`ssh_host_key_fingerprints`), as switch_roce requires.
 """
 
 import json
@@ -61,5 +62,6 @@ def switch_spec(request):
     def _spec(sw, **kw):
         dtype = "mellanox_mlnxos" if sw.state.kind == "onyx" else "cumulus_linux"
         return dict(dict(name=sw.state.host, host="127.0.0.1", port=sw.port, device_type=dtype,
-                         username=sw.username, password=request.module.PASSWORD), **kw)
+                         username=sw.username, password=request.module.PASSWORD,
+                         ssh_host_key_fingerprints=sw.fingerprints), **kw)
     return _spec

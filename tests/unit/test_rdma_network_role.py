@@ -40,6 +40,7 @@ def play(tmp_path, extra_vars):
     (dict(rdma_network_dscp=64), "DSCP 0..63 (is 64)"),
     (dict(rdma_network_switches="leaf"), "rdma_network_switches"),
     ("cisco", "device_type must be mellanox_mlnxos or cumulus_linux; not so on leaf9"),
+    ("unpinned", "no SSH host key to check leaf9 against"),
 ])
 def test_bad_input_refused_before_anything_is_touched(tmp_path, fake_switch, switch_spec, bad, match):
     marker = tmp_path / "mlnx_qos-ran"
@@ -52,6 +53,8 @@ def test_bad_input_refused_before_anything_is_touched(tmp_path, fake_switch, swi
                  rdma_network_nccl_enabled=False, rdma_network_switches=[switch_spec(onyx)])
     if bad == "cisco":
         extra["rdma_network_switches"].append(switch_spec(onyx, name="leaf9", device_type="cisco_ios"))
+    elif bad == "unpinned":
+        extra["rdma_network_switches"].append(switch_spec(onyx, name="leaf9", ssh_host_key_fingerprints=[]))
     else:
         extra.update(bad)
     result = play(tmp_path, extra)
@@ -60,4 +63,5 @@ def test_bad_input_refused_before_anything_is_touched(tmp_path, fake_switch, swi
     assert match in " ".join(out.split()), out
     assert not marker.exists()      # mlnx_qos never ran
     assert onyx.state.log == []     # the switch was never contacted
+    assert onyx.state.connections == 0
     assert PASSWORD not in out

@@ -25,8 +25,8 @@ PLAY = """
 """
 
 
-def play(tmp_path, switch_specs, *extra):
-    extra_vars = {"rdma_network_switches": switch_specs}
+def play(tmp_path, switch_specs, *extra, **role_vars):
+    extra_vars = dict({"rdma_network_switches": switch_specs}, **role_vars)
     (tmp_path / "play.yml").write_text(PLAY)
     (tmp_path / "vars.json").write_text(json.dumps(extra_vars))
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
@@ -61,3 +61,22 @@ def test_role_switch_step(tmp_path, switch_pair, switch_spec, fake_switch):
     minus = [line for line in third.stdout.splitlines() if line.startswith("-") and not line.startswith("---")]
     # the same priority repaired on the new Onyx and on the old one; nothing else differs
     assert plus == ["+dcb priority-flow-control priority 3 enable"] * 2 and minus == [], third.stdout
+
+
+def test_role_known_hosts_file_pins_the_switches(tmp_path, switch_pair, switch_spec, fake_switch):
+    """rdma_network_switch_known_hosts_file reaches switch_roce: the switches in it are trusted,
+    one that is not is refused before its login."""
+    onyx, nvue = switch_pair
+    stranger = fake_switch("onyx", host="leaf9")
+    known = tmp_path / "leaf_known_hosts"
+    known.write_text(onyx.known_hosts() + nvue.known_hosts())
+    switches = [switch_spec(sw, ssh_host_key_fingerprints=[]) for sw in (onyx, nvue)]
+    ok = play(tmp_path, switches, rdma_network_switch_known_hosts_file=str(known))
+    assert ok.returncode == 0 and "changed=1" in ok.stdout, ok.stdout + ok.stderr
+
+    refused = play(tmp_path, switches + [switch_spec(stranger, ssh_host_key_fingerprints=[])],
+                   rdma_network_switch_known_hosts_file=str(known))
+    out = refused.stdout + refused.stderr
+    assert refused.returncode != 0, out
+    assert "no trusted SSH host key for 127.0.0.1" in " ".join(out.split()), out
+    assert stranger.state.connections == 0 and PASSWORD not in out

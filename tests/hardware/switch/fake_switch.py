@@ -26,16 +26,24 @@ against a server, not a mock.
     nv set PATH VALUE, nv unset PATH [VALUE], nv config apply [-y], nv config save,
     nv config show -o commands, nv config diff, exit.
 
+SSH host keys: one RSA key per process unless `host_keys` (or `--host-key FILE`) names others;
+`FakeSwitch.fingerprints` and `known_hosts()` give what a client pins. `state.connections` counts
+TCP connections and `state.logins` records every authentication request (method, user), so a test
+sees that a client refused the host key before it sent a user name or password.
+
 Syntax of the explicit Onyx lines as in NVIDIA's "Lossless RoCE Configuration for MLNX-OS Switches
 in DSCP-Based QoS Mode" (community DOC-3017, as quoted in att/netarbiter nvmf/README) and the
 mellanox.onyx collection's onyx_traffic_class / onyx_qos / onyx_pfc_interface commands.
 
   python3 fake_switch.py --kind onyx|cumulus --port 2222 [--user admin --password admin]
-                         [--release 3.9.3124]
+                         [--release 3.9.3124] [--host-key FILE]
 """
 
 import argparse
+import base64
 import copy
+import hashlib
+import os
 import re
 import socket
 import threading
@@ -95,6 +103,8 @@ class SwitchState:
         self.saved = self.snapshot()
         self.revision = 1
         self.log = []   # every command line received, in order
+        self.connections = 0   # TCP connections accepted
+        self.logins = []       # every authentication request: (method, username)
 
     def snapshot(self):
         """The configuration as `configuration write` / `nv config save` stores it."""
@@ -305,12 +315,30 @@ class _Session:
 
 
 class _Server(paramiko.ServerInterface):
-    def __init__(self, username, password):
+    def __init__(self, username, password, state):
         self.username = username
         self.password = password
+        self.state = state
         self.shell = threading.Event()
 
+    def _login(self, method, username):
+        with self.state.lock:
+            self.state.logins.append((method, username))
+
+    def check_auth_none(self, username):
+        self._login('none', username)
+        return paramiko.AUTH_FAILED
+
+    def check_auth_publickey(self, username, key):
+        self._login('publickey', username)
+        return paramiko.AUTH_FAILED
+
+    def check_auth_interactive(self, username, submethods):
+        self._login('keyboard-interactive', username)
+        return paramiko.AUTH_FAILED
+
     def check_auth_password(self, username, password):
+        self._login('password', username)
         if (username, password) == (self.username, self.password):
             return paramiko.AUTH_SUCCESSFUL
         return paramiko.AUTH_FAILED
@@ -338,20 +366,55 @@ def _host_key():
     return _HOST_KEY[0]
 
 
+def fingerprint(key):
+    """SHA256 fingerprint of a paramiko key, as `ssh-keygen -lf` prints it."""
+    return 'SHA256:' + base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip('=')
+
+
+def load_or_make_host_key(path):
+    """The private host key in `path` (OpenSSH/PEM; RSA, ECDSA or Ed25519), made (RSA) if there is none,
+    so a simulated switch keeps its key across restarts and can be pinned in an inventory."""
+    if os.path.exists(path):
+        for cls in (paramiko.RSAKey, paramiko.ECDSAKey, paramiko.Ed25519Key):
+            try:
+                return cls.from_private_key_file(path)
+            except paramiko.SSHException:
+                continue
+        raise SystemExit('%s holds no RSA, ECDSA or Ed25519 private key' % path)
+    key = paramiko.RSAKey.generate(2048)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, 'w') as f:
+        key.write_private_key(f)
+    return key
+
+
 class FakeSwitch:
-    """One simulated switch listening on 127.0.0.1 (or `bind`); start() returns the port."""
+    """One simulated switch listening on 127.0.0.1 (or `bind`); start() returns the port.
+
+    `host_keys`: the paramiko private keys it offers (default: the process's one RSA key)."""
 
     def __init__(self, kind, host='leaf1', username='admin', password='admin', *, bind='127.0.0.1', port=0,
-                 release='3.9.3124'):
+                 release='3.9.3124', host_keys=None):
         if kind not in ('onyx', 'cumulus'):
             raise ValueError('kind must be onyx or cumulus')
         self.state = SwitchState(kind, host, release)
         self.username, self.password = username, password
+        self.host_keys = list(host_keys) if host_keys else [_host_key()]
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((bind, port))
         self.port = self.sock.getsockname()[1]
         self._stop = threading.Event()
+
+    @property
+    def fingerprints(self):
+        """SHA256 fingerprints of the host keys, as `ssh-keygen -lf` prints them."""
+        return [fingerprint(key) for key in self.host_keys]
+
+    def known_hosts(self, host='127.0.0.1'):
+        """known_hosts lines for the host keys, as `ssh-keyscan -p PORT HOST` prints them."""
+        name = host if self.port == 22 else '[%s]:%d' % (host, self.port)
+        return ''.join('%s %s %s\n' % (name, key.get_name(), key.get_base64()) for key in self.host_keys)
 
     def start(self):
         self.sock.listen(16)
@@ -368,12 +431,15 @@ class FakeSwitch:
                 client, _ = self.sock.accept()
             except OSError:
                 return
+            with self.state.lock:
+                self.state.connections += 1
             threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
     def _serve(self, client):
         transport = paramiko.Transport(client)
-        transport.add_server_key(_host_key())
-        server = _Server(self.username, self.password)
+        for key in self.host_keys:
+            transport.add_server_key(key)
+        server = _Server(self.username, self.password, self.state)
         try:
             transport.start_server(server=server)
             chan = transport.accept(20)
@@ -395,10 +461,16 @@ def main():
     parser.add_argument('--user', default='admin')
     parser.add_argument('--password', default='admin')
     parser.add_argument('--release', default='3.9.3124', help='Onyx release; before 3.8.2000 there is no roce command')
+    parser.add_argument('--host-key', metavar='FILE',
+                        help='private host key to offer, made (RSA, mode 0600) if FILE does not exist; '
+                             'without it a new key every start')
     args = parser.parse_args()
+    keys = [load_or_make_host_key(args.host_key)] if args.host_key else None
     switch = FakeSwitch(args.kind, args.host, args.user, args.password, bind=args.bind, port=args.port,
-                        release=args.release)
+                        release=args.release, host_keys=keys)
     print('%s %s listening on %s:%d' % (args.kind, args.host, args.bind, switch.start()), flush=True)
+    print('host key %s; known_hosts line:' % ', '.join(switch.fingerprints), flush=True)
+    print(switch.known_hosts(args.bind), end='', flush=True)
     threading.Event().wait()
 
 

@@ -2,14 +2,21 @@
 # Copyright: (c) 2025, ai_platform L1 authors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """RoCE lines of NVIDIA Onyx and Cumulus NVUE switch configurations: wanted lines, what is
-managed in a running configuration, and the commands that turn one into the other.
+managed in a running configuration, and the commands that turn one into the other; and the
+check of a switch's SSH host key against the pinned fingerprints and known_hosts entries.
 
-Free of netmiko and AnsibleModule so it can be unit-tested on its own.
+Free of netmiko, paramiko and AnsibleModule so it can be unit-tested on its own.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
+import hmac
 import re
+import struct
+from collections import namedtuple
 
 DEVICE_TYPES = ('mellanox_mlnxos', 'cumulus_linux')
 ROCE_MODES = ('lossless', 'lossy')
@@ -23,6 +30,10 @@ ECN_MAX_KB = 1500
 
 class SwitchRoceError(Exception):
     """Invalid wanted settings."""
+
+
+class HostKeyError(Exception):
+    """The switch offered an SSH host key that is not trusted (raised before any login)."""
 
 
 _ONYX_PFC = re.compile(r'^dcb priority-flow-control priority ([0-7]) enable$')
@@ -213,3 +224,146 @@ def describe(device_type, removed, added):
     replaced = set(_single_key(device_type, line) for line in added) - {None}
     notes = [_note(line, 'remove') for line in removed if _single_key(device_type, line) not in replaced]
     return notes + [_note(line, 'add') for line in added]
+
+
+# --- SSH host keys --------------------------------------------------------------------------
+# A switch is trusted by the SHA256 fingerprints pinned for it and by the known_hosts entries that
+# name it; the check runs in the SSH client's host-key step, after key exchange and before any
+# authentication, so an impostor never sees the password.
+
+_FINGERPRINT = re.compile(r'^SHA256:([A-Za-z0-9+/]{43})=?$')
+_KNOWN_MARKERS = ('@revoked', '@cert-authority')
+# Host key algorithms an SSH client negotiates for a key type of a known_hosts line.
+_KEY_ALGORITHMS = {'ssh-rsa': ('rsa-sha2-512', 'rsa-sha2-256', 'ssh-rsa')}
+
+
+# One known_hosts line: marker (None, @revoked or @cert-authority), host patterns, key type and blob,
+# and where it was read (source, line number).
+KnownHost = namedtuple('KnownHost', 'marker patterns key_type blob source lineno')
+
+
+def fingerprint(blob):
+    """SHA256 fingerprint of a public key blob, as `ssh-keygen -lf` prints it."""
+    return 'SHA256:' + base64.b64encode(hashlib.sha256(blob).digest()).decode('ascii').rstrip('=')
+
+
+def parse_fingerprint(text):
+    """`SHA256:<43 base64 characters>` (a trailing `=` is dropped) or SwitchRoceError."""
+    m = _FINGERPRINT.match(str(text).strip())
+    if not m:
+        raise SwitchRoceError('%r is not a SHA256 host key fingerprint as ssh-keygen -lf prints it '
+                              '(SHA256: followed by 43 base64 characters)' % (text,))
+    return 'SHA256:' + m.group(1)
+
+
+def known_host_name(host, port):
+    """The name known_hosts files hold a host under: HOST on port 22, [HOST]:PORT on any other."""
+    host = str(host).lower()
+    return host if int(port) == 22 else '[%s]:%d' % (host, int(port))
+
+
+def _blob_type(blob):
+    """Key type named at the start of an SSH public key blob, or None."""
+    if len(blob) < 4:
+        return None
+    size = struct.unpack('>I', blob[:4])[0]
+    if size > 64 or len(blob) < 4 + size:
+        return None
+    return blob[4:4 + size].decode('ascii', 'replace')
+
+
+def _check_hashed(pattern):
+    parts = pattern.split('|')
+    try:
+        ok = len(parts) == 4 and len(base64.b64decode(parts[2], validate=True)) > 0 \
+            and len(base64.b64decode(parts[3], validate=True)) == 20
+    except (binascii.Error, ValueError):
+        ok = False
+    return ok
+
+
+def parse_known_hosts(text, source):
+    """KnownHost entries of OpenSSH known_hosts text; SwitchRoceError names the source and line of a bad one."""
+    entries = []
+    for lineno, raw in enumerate(str(text).splitlines(), 1):
+        fields = raw.split()
+        if not fields or fields[0].startswith('#'):
+            continue
+        marker = None
+        if fields[0].startswith('@'):
+            marker = fields.pop(0)
+            if marker not in _KNOWN_MARKERS:
+                raise SwitchRoceError('%s line %d: unknown marker %s' % (source, lineno, marker))
+        if len(fields) < 3:
+            raise SwitchRoceError('%s line %d is not a known_hosts entry (HOSTS KEY-TYPE BASE64-KEY)'
+                                  % (source, lineno))
+        patterns, key_type, data = fields[:3]
+        try:
+            blob = base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError):
+            raise SwitchRoceError('%s line %d: the key is not base64' % (source, lineno)) from None
+        if _blob_type(blob) != key_type:
+            raise SwitchRoceError('%s line %d: the key is not a %s key' % (source, lineno, key_type))
+        patterns = tuple(p for p in patterns.split(',') if p)
+        bad = [p for p in patterns if p.startswith('|') and not _check_hashed(p)]
+        if bad or not patterns:
+            raise SwitchRoceError('%s line %d: bad host name %r' % (source, lineno, (bad or [''])[0]))
+        entries.append(KnownHost(marker, patterns, key_type, blob, source, lineno))
+    return entries
+
+
+def _glob(pattern, name):
+    """OpenSSH host pattern: `*` any characters, `?` one; case-insensitive; no other specials."""
+    rx = ''.join('.*' if c == '*' else '.' if c == '?' else re.escape(c) for c in pattern.lower())
+    return re.fullmatch(rx, name) is not None
+
+
+def host_matches(patterns, name):
+    """Whether known_hosts host patterns (plain, wildcard, !negated or |1| hashed) name `name`."""
+    hit = False
+    for pattern in patterns:
+        if pattern.startswith('|1|'):
+            _, _, salt, digest = pattern.split('|')
+            mine = hmac.new(base64.b64decode(salt), name.encode(), hashlib.sha1).digest()
+            hit = hit or hmac.compare_digest(mine, base64.b64decode(digest))
+            continue
+        negated = pattern.startswith('!')
+        if _glob(pattern[1:] if negated else pattern, name):
+            if negated:
+                return False
+            hit = True
+    return hit
+
+
+def host_key_algorithms(entries, name):
+    """Host key algorithms of the keys known for `name` (None if none is known), to negotiate one of them."""
+    types = [e.key_type for e in entries if e.marker is None and host_matches(e.patterns, name)]
+    if not types:
+        return None
+    algorithms = []
+    for key_type in types:
+        algorithms += [a for a in _KEY_ALGORITHMS.get(key_type, (key_type,)) if a not in algorithms]
+    return algorithms
+
+
+def check_host_key(name, key_type, blob, fingerprints=(), entries=()):
+    """Accept the key a switch offered, or raise HostKeyError naming it and what is trusted.
+
+    `name` is known_host_name(); the key is trusted if its fingerprint is one of `fingerprints`
+    or a known_hosts entry naming `name` holds it, and no @revoked entry holds it.
+    """
+    got = fingerprint(blob)
+    offered = '%s key %s' % (key_type, got)
+    for e in entries:
+        if e.marker == '@revoked' and e.blob == blob:
+            raise HostKeyError('the switch offered %s, which %s line %d marks @revoked; refused before the login'
+                               % (offered, e.source, e.lineno))
+    if got in fingerprints:
+        return got
+    known = [e for e in entries if e.marker is None and host_matches(e.patterns, name)]
+    if any(e.blob == blob for e in known):
+        return got
+    trusted = ['%s (ssh_host_key_fingerprints)' % f for f in fingerprints]
+    trusted += ['%s key %s (%s line %d)' % (e.key_type, fingerprint(e.blob), e.source, e.lineno) for e in known]
+    raise HostKeyError('the switch offered %s, trusted for %s: %s; refused before the login'
+                       % (offered, name, ', '.join(trusted) or 'none'))

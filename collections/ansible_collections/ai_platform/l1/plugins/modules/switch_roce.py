@@ -26,9 +26,15 @@ description:
     C(nv set qos roce mode lossless) and C(nv set qos pfc default-global switch-priority N),
     then C(nv config apply -y) and, with O(save), C(nv config save).
   - Managed lines that are not wanted (for example PFC on another priority) are removed.
-  - All input is validated before any switch is contacted. A switch that cannot be reached,
-    refuses the login, times out or rejects a command is reported in RV(switches) with its own
-    message; the other switches are still configured, and the task fails at the end.
+  - Every switch's SSH host key is checked before the login, so its password goes to that switch only.
+    The key it offers must have one of the fingerprints in O(switches[].ssh_host_key_fingerprints) or be
+    held for it by a known_hosts entry in O(switches[].ssh_known_hosts), O(switches[].ssh_known_hosts_file)
+    or O(ssh_known_hosts_file). Any other key is refused with both fingerprints in the message, and
+    nothing, not even the user name, is sent to that switch.
+  - All input is validated before any switch is contacted, including that every switch has a key to be
+    checked against. A switch that cannot be reached, offers another host key, refuses the login, times
+    out or rejects a command is reported in RV(switches) with its own message; the other switches are
+    still configured, and the task fails at the end.
 options:
   switches:
     description: The switches to configure.
@@ -57,9 +63,31 @@ options:
         type: str
         required: true
       password:
-        description: Login password.
+        description: Login password. Sent only after the switch's host key was found trusted.
         type: str
         required: true
+      ssh_host_key_fingerprints:
+        description:
+          - SHA256 fingerprints of the switch's SSH host keys as C(ssh-keygen -lf) prints them, for example
+            C(SHA256:rNqF6CB0ipGjEN61oLKxI1+fOmQhMLPtJ5r8RrGXtM8). The key the switch offers must have one of them.
+          - List the fingerprints of all the switch's host key types (RSA, ECDSA, Ed25519); which one is
+            offered depends on the key exchange. Read them from the switch itself (for example over its console;
+            on Cumulus Linux C(ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub)), not over the network you
+            do not trust yet.
+        type: list
+        elements: str
+        default: []
+      ssh_known_hosts:
+        description:
+          - OpenSSH known_hosts lines for the switch, as C(ssh-keyscan -p PORT HOST) prints them (hashed names
+            from C(ssh-keyscan -H), wildcards and C(!) negation match as in OpenSSH, C(@revoked) keys are refused,
+            C(@cert-authority) lines are not used).
+          - Only lines naming O(switches[].host) count; on a port other than 22 OpenSSH names it C([HOST]:PORT).
+            When only known_hosts entries are given, the key types they hold are the only ones negotiated.
+        type: str
+      ssh_known_hosts_file:
+        description: A known_hosts file on the host that runs the module, read as O(switches[].ssh_known_hosts).
+        type: path
       interfaces:
         description:
           - Onyx ethernet ports facing the RoCE hosts, as C(1/1), C(1/1-1/16) or C(1/1-1/4,1/9), for the
@@ -99,6 +127,20 @@ options:
     description: Seconds to wait for the SSH connection and for each command.
     type: int
     default: 30
+  ssh_known_hosts_file:
+    description:
+      - A known_hosts file for all the switches, read in addition to each one's own keys
+        (O(switches[].ssh_known_hosts), O(switches[].ssh_known_hosts_file), O(switches[].ssh_host_key_fingerprints)).
+      - To trust the keys the controller's own C(ssh) trusts, name C(~/.ssh/known_hosts) here.
+    type: path
+  host_key_checking:
+    description:
+      - Check every switch's SSH host key before the login (see O(switches[].ssh_host_key_fingerprints)).
+      - V(false) accepts any host key and sends the password to whatever answers at the address; for a lab of
+        simulated switches only, never on a network someone else can reach. The module then warns, and returns
+        the fingerprint each switch offered in RV(switches[].host_key_fingerprint).
+    type: bool
+    default: true
 attributes:
   check_mode:
     support: full
@@ -111,6 +153,8 @@ requirements:
 notes:
   - With the C(roce) command, ECN thresholds and buffer pools are left to C(roce lossless), which sets the
     platform's RoCE defaults. The explicit lines do not manage buffer pools.
+  - The controller's C(~/.ssh/known_hosts) is not read unless O(ssh_known_hosts_file) names it, and Ansible's
+    own C(host_key_checking) setting does not apply; this module, not an Ansible connection, reaches the switches.
 author:
   - ai_platform L1 contributors (@ai-platform-l1)
 '''
@@ -124,17 +168,23 @@ EXAMPLES = r'''
         device_type: mellanox_mlnxos
         username: admin
         password: "{{ vault_switch_password }}"
+        ssh_host_key_fingerprints:
+          - SHA256:rNqF6CB0ipGjEN61oLKxI1+fOmQhMLPtJ5r8RrGXtM8   # RSA
+          - SHA256:fX2/fSu+5g3rbDw8/n2IZO2EAsmWgM6X2oXKLyqtpao   # ECDSA
       - name: leaf2
         host: 10.0.0.2
         device_type: cumulus_linux
         username: cumulus
         password: "{{ vault_switch_password }}"
+        ssh_known_hosts: "10.0.0.2 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFERGFuoRZT0wI49YxnZbnOvm159cJszOIfAbetCuVJr"
       - name: leaf3-onyx-3.6
         host: 10.0.0.3
         device_type: mellanox_mlnxos
         username: admin
         password: "{{ vault_switch_password }}"
         interfaces: [1/1-1/16]
+    # leaf3's key: in the fabric's known_hosts file, kept next to the inventory
+    ssh_known_hosts_file: "{{ inventory_dir }}/files/switches_known_hosts"
     pfc_priorities: [3]
   delegate_to: localhost
   run_once: true
@@ -159,6 +209,9 @@ switches:
     roce_command:
       description: Onyx only (null otherwise, or when not reached); whether the C(roce) command was used.
       type: bool
+    host_key_fingerprint:
+      description: SHA256 fingerprint of the host key the switch offered; null when no key was received.
+      type: str
     msg:
       description: What went wrong on this switch; empty when it did not fail.
       type: str
@@ -188,12 +241,19 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.ai_platform.l1.plugins.module_utils import switch_roce as sr
 
 try:
+    import paramiko
     from netmiko import ConnectHandler
     HAS_NETMIKO = True
     NETMIKO_ERR = None
+    _PolicyBase = paramiko.MissingHostKeyPolicy
 except ImportError:
     HAS_NETMIKO = False
     NETMIKO_ERR = traceback.format_exc()
+    _PolicyBase = object
+
+# Host key algorithms paramiko can negotiate, for disabling those of key types not known for a switch.
+_ALL_KEY_ALGORITHMS = ('ssh-ed25519', 'ecdsa-sha2-nistp256', 'ecdsa-sha2-nistp384', 'ecdsa-sha2-nistp521',
+                       'rsa-sha2-512', 'rsa-sha2-256', 'ssh-rsa', 'ssh-dss')
 
 _ERROR_MARKERS = ('% Unrecognized command', '% Invalid', 'Error:', '% Incomplete command')
 
@@ -204,19 +264,65 @@ def _check_output(cmd, output):
             raise RuntimeError('the switch rejected %r: %s' % (cmd, output.strip()))
 
 
+class _HostKeyPolicy(_PolicyBase):
+    """paramiko's host-key step: runs after key exchange and before authentication, so a refused
+    switch never gets the user name or password. No host keys are loaded into the SSH client, so
+    paramiko hands every key to this policy."""
+
+    def __init__(self, trust):
+        self.trust = trust
+        self.seen = None      # fingerprint of the key the switch offered
+        self.refused = None   # the HostKeyError, when refused
+
+    def missing_host_key(self, client, hostname, key):
+        blob = key.asbytes()
+        self.seen = sr.fingerprint(blob)
+        if not self.trust['check']:
+            return
+        try:
+            sr.check_host_key(self.trust['name'], key.get_name(), blob, self.trust['fingerprints'],
+                              self.trust['entries'])
+        except sr.HostKeyError as exc:
+            self.refused = exc
+            raise paramiko.SSHException(str(exc)) from exc
+
+
 class _Switch:
-    def __init__(self, spec, params):
+    def __init__(self, spec, params, trust):
         self.spec = spec
         self.params = params
         self.dtype = spec['device_type']
+        self.trust = trust
+        self.policy = _HostKeyPolicy(trust)
         self.conn = None
 
     def connect(self):
+        extra = {}
+        algorithms = self.trust['algorithms']
+        if algorithms:
+            # only known_hosts entries trust this switch: negotiate one of their key types
+            extra['disabled_algorithms'] = {'keys': [a for a in _ALL_KEY_ALGORITHMS if a not in algorithms]}
+        # ssh_strict: paramiko's RejectPolicy, were the policy below not installed; no host keys loaded.
         self.conn = ConnectHandler(
             device_type=self.dtype, host=self.spec['host'], port=self.spec['port'],
             username=self.spec['username'], password=self.spec['password'],
             conn_timeout=self.params['timeout'], auth_timeout=self.params['timeout'],
-            banner_timeout=self.params['timeout'], read_timeout_override=self.params['timeout'])
+            banner_timeout=self.params['timeout'], read_timeout_override=self.params['timeout'],
+            ssh_strict=True, system_host_keys=False, alt_host_keys=False, auto_connect=False, **extra)
+        if not isinstance(getattr(self.conn, 'key_policy', None), paramiko.RejectPolicy):
+            raise sr.HostKeyError('this netmiko has no key_policy to check the host key with; nothing was sent')
+        self.conn.key_policy = self.policy
+        try:
+            self.conn._open()  # pylint: disable=protected-access
+        except Exception as exc:
+            if self.policy.refused is not None:
+                raise self.policy.refused from None
+            if algorithms and 'no acceptable host key' in str(exc):
+                raise sr.HostKeyError('the switch offers none of the host key types known for %s (%s); refused '
+                                      'before the login' % (self.trust['name'], ', '.join(algorithms))) from None
+            raise
+        if self.policy.seen is None:
+            raise sr.HostKeyError('the host key was not checked')  # fail closed; cannot happen with paramiko
         if self.dtype == 'mellanox_mlnxos':
             self.conn.enable()
 
@@ -257,14 +363,17 @@ class _Switch:
                 pass  # the result is already known; a failing logout must not hide it
 
 
-def _one(spec, params, prios, check_mode):
+def _one(spec, params, prios, check_mode, trust):
     name = spec.get('name') or spec['host']
-    res = dict(name=name, changed=False, failed=False, msg='', roce_command=None, commands=[], changes=[],
-               before=[], after=[])
+    res = dict(name=name, changed=False, failed=False, msg='', roce_command=None, host_key_fingerprint=None,
+               commands=[], changes=[], before=[], after=[])
     ports = [port for item in spec['interfaces'] for port in sr.expand_ports(item)]
-    sw = _Switch(spec, params)
+    sw = _Switch(spec, params, trust)
     try:
-        sw.connect()
+        try:
+            sw.connect()
+        finally:
+            res['host_key_fingerprint'] = sw.policy.seen
         roce_command = res['roce_command'] = sw.roce_command()
         if roce_command is False and not ports:
             raise RuntimeError('this Onyx has no roce command and no interfaces are listed for the explicit '
@@ -293,6 +402,37 @@ def _one(spec, params, prios, check_mode):
     return res
 
 
+def _read_known_hosts(path, cache):
+    if path not in cache:
+        try:
+            with open(path, encoding='utf-8') as f:
+                cache[path] = sr.parse_known_hosts(f.read(), path)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise sr.SwitchRoceError('cannot read the known_hosts file %s: %s' % (path, exc)) from None
+    return cache[path]
+
+
+def _trust(spec, params, cache):
+    """What the switch's host key is checked against; SwitchRoceError if nothing could trust it."""
+    name = sr.known_host_name(spec['host'], spec['port'])
+    fingerprints = [sr.parse_fingerprint(f) for f in spec['ssh_host_key_fingerprints']]
+    entries = []
+    if spec['ssh_known_hosts']:
+        entries += sr.parse_known_hosts(spec['ssh_known_hosts'], 'ssh_known_hosts')
+    for path in (spec['ssh_known_hosts_file'], params['ssh_known_hosts_file']):
+        if path:
+            entries += _read_known_hosts(path, cache)
+    algorithms = sr.host_key_algorithms(entries, name)
+    if params['host_key_checking'] and not fingerprints and not algorithms:
+        raise sr.SwitchRoceError(
+            'no trusted SSH host key for %s: none in ssh_host_key_fingerprints, and no known_hosts entry '
+            '(ssh_known_hosts, ssh_known_hosts_file) names %s; pin the switch\'s key (nothing was sent to any '
+            'switch)' % (spec['host'], name))
+    check = params['host_key_checking']
+    return dict(check=check, name=name, fingerprints=fingerprints, entries=entries,
+                algorithms=algorithms if check and not fingerprints else None)
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -304,6 +444,9 @@ def main():
                 username=dict(type='str', required=True),
                 password=dict(type='str', required=True, no_log=True),
                 interfaces=dict(type='list', elements='str', default=[]),
+                ssh_host_key_fingerprints=dict(type='list', elements='str', default=[], no_log=False),
+                ssh_known_hosts=dict(type='str'),
+                ssh_known_hosts_file=dict(type='path'),
             )),
             roce_mode=dict(type='str', choices=list(sr.ROCE_MODES), default='lossless'),
             pfc_priorities=dict(type='list', elements='int', default=[3]),
@@ -312,10 +455,13 @@ def main():
             ecn_max_kb=dict(type='int', default=sr.ECN_MAX_KB),
             save=dict(type='bool', default=True),
             timeout=dict(type='int', default=30),
+            ssh_known_hosts_file=dict(type='path'),
+            host_key_checking=dict(type='bool', default=True),
         ),
         supports_check_mode=True,
     )
     p = module.params
+    checked, cache = [], {}
     try:
         prios = sr.validate('mellanox_mlnxos', p['roce_mode'], p['pfc_priorities'],
                             ecn_min_kb=p['ecn_min_kb'], ecn_max_kb=p['ecn_max_kb'])
@@ -323,6 +469,7 @@ def main():
             name = spec.get('name') or spec['host']
             try:
                 sr.validate(spec['device_type'], p['roce_mode'], prios, spec['interfaces'])
+                checked.append((spec, _trust(spec, p, cache)))
             except sr.SwitchRoceError as exc:
                 raise sr.SwitchRoceError('switch %s: %s' % (name, exc)) from exc
             if spec['device_type'] == 'mellanox_mlnxos' and p['onyx_roce_command'] is False \
@@ -334,7 +481,10 @@ def main():
     if not HAS_NETMIKO:
         module.fail_json(msg=missing_required_lib('netmiko'), exception=NETMIKO_ERR, switches=[])
 
-    results = [_one(spec, p, prios, module.check_mode) for spec in p['switches']]
+    if not p['host_key_checking']:
+        module.warn('host_key_checking is false: the switches\' SSH host keys are not checked and their passwords '
+                    'go to whatever answers at their addresses; for a lab of simulated switches only')
+    results = [_one(spec, p, prios, module.check_mode, trust) for spec, trust in checked]
 
     result = dict(changed=any(r['changed'] for r in results), switches=results)
     if module._diff:
