@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sqlite3
 import sys
@@ -51,6 +52,8 @@ def serve(args) -> int:
     from .service import Service  # noqa: PLC0415
 
     logs.setup()
+    # The store, job directories and run files are the receiver's own: no other user reads them.
+    os.umask(0o027)
     try:
         cfg = _load(args)
     except config_mod.ConfigError as exc:

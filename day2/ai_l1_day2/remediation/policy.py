@@ -28,6 +28,7 @@ import json
 import math
 import re
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 
 from .config import Config, accelerator_health
 
@@ -78,6 +79,27 @@ def malformed(alert) -> str:
             if not isinstance(value, str):
                 return f"{kind} {str(key)[:64]!r} is not a string"
     return ""
+
+
+ENDS_AT_GRACE_S = 300  # clocks of Alertmanager and the receiver may differ by this much
+
+
+def ended_at(alert: dict, now: float) -> str:
+    """The alert's endsAt when it lies in the past (beyond the grace), else ''. Alertmanager sends
+    firing alerts with a zero time (year 1) or one in the future; an unreadable value is judged
+    by the status alone."""
+    value = alert.get("endsAt")
+    if not isinstance(value, str) or not value:
+        return ""
+    try:
+        when = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        return ""
+    if when.year <= 1:
+        return ""
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return value[:64] if when.timestamp() < now - ENDS_AT_GRACE_S else ""
 
 
 def fingerprint(alert: dict) -> str:
@@ -131,9 +153,10 @@ def resolve_node(label: str, value: str, nodes: dict[str, NodeInfo]) -> str | No
     host = match.group(1) if match else value
     if host in nodes:
         return host
-    short = host.split(".")[0]
+    # A name or address the Node itself reports, nothing looser: the first label of a domain name
+    # (gpu4.some.other.domain) names a host of another domain as often as this one.
     for node in nodes.values():
-        if host in node.addresses or short == node.name:
+        if host in node.addresses:
             return node.name
     return None
 
@@ -166,8 +189,12 @@ def decide(  # noqa: PLR0911, PLR0912, PLR0915 (the documented steps, in order)
     if name not in cfg.alerts:
         d.reason = f"alertname {name!r} is not mapped to a remediation (alerts: {sorted(cfg.alerts)})"
         return d
-    if alert.get("status", "firing") != "firing":
+    if alert.get("status") != "firing":
         d.reason = f"alert status is {alert.get('status')!r}, only firing alerts isolate"
+        return d
+    ended = ended_at(alert, now)
+    if ended:
+        d.reason = f"alert ended at {ended} (endsAt is past): only alerts still firing isolate"
         return d
     d.kind = cfg.alerts[name]
     details = []

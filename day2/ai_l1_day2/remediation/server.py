@@ -343,7 +343,7 @@ class Server:
     def _webhook(self, body: bytes, remote: str) -> tuple[int, dict]:
         t0 = time.monotonic()
         try:
-            decisions = self.service.handle_payload(json.loads(body), remote=remote)
+            decisions = self.service.handle_payload(json.loads(body, parse_constant=_no_constant), remote=remote)
         except (ValueError, RecursionError, PayloadError) as exc:
             msg = str(exc) if isinstance(exc, PayloadError) else f"body is not JSON: {exc}"
             log(LOG, logging.WARNING, "bad webhook payload", remote=remote, error=msg[:AUDIT_FIELD_MAX])
@@ -418,6 +418,11 @@ class Server:
             self._audit_pool.submit(self._audit_row, "request.refused.aggregated",
                                     f"{summary['suppressed']} refused requests in {summary['window_s']:.0f}s "
                                     "counted, not audited one by one", "", summary)
+
+
+def _no_constant(name: str):
+    """NaN, Infinity and -Infinity are not JSON: refused, or they would make /audit invalid JSON."""
+    raise ValueError(f"{name} is not a JSON value")
 
 
 def make_server(service: Service, host: str, port: int, tls: ssl.SSLContext | None = None) -> Server:

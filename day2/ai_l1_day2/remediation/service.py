@@ -48,6 +48,7 @@ JOB_DIR = re.compile(r"^job-(\d+)$")
 # day2_validate_groups): a node outside them is refused before anything is changed on it.
 OPERATION_GROUPS = {"isolate": ("k8s_worker",)}
 RETRY_MAX_S = 30.0
+MAX_ALERTS = 1000  # per notification: more would hold the decision lock for many seconds
 
 
 def validate_payload(payload) -> list[dict]:
@@ -59,6 +60,9 @@ def validate_payload(payload) -> list[dict]:
     alerts = payload.get("alerts")
     if not isinstance(alerts, list):
         raise PayloadError("'alerts' must be a list")
+    if len(alerts) > MAX_ALERTS:
+        raise PayloadError(f"{len(alerts)} alerts in one notification, more than {MAX_ALERTS} "
+                           "(Alertmanager's max_alerts in the receiver's webhook_config bounds it)")
     return alerts
 
 
