@@ -51,7 +51,7 @@ class FakeNodes:
 
     def nodes(self):
         self.calls += 1
-        return {k: NodeInfo(v.name, dict(v.labels), v.unschedulable, tuple(v.taints), tuple(v.addresses))
+        return {k: NodeInfo(v.name, dict(v.labels), v.unschedulable, tuple(v.taints), tuple(v.addresses), v.ready)
                 for k, v in self.items.items()}
 
     def node(self, name):

@@ -101,3 +101,27 @@ def test_the_receiver_keeps_its_files_from_other_users(tmp_path, monkeypatch):
     finally:
         os.umask(old)
     assert stat.S_IMODE(path.stat().st_mode) & 0o007 == 0
+
+
+def test_a_notready_node_counts_against_the_pool_ceiling(tmp_path):
+    """Pool of 4 at 0.25: one node NotReady already takes the pool's one unavailable slot."""
+    conf = make_config(tmp_path, ceiling={"max_fraction": 0.25, "pool_label": "accelerator"},
+                       workers=("gpu1", "gpu2", "gpu3", "gpu4"))
+    nodes = FakeNodes(names=("gpu1", "gpu2", "gpu3", "gpu4"))
+    nodes.items["gpu3"].ready = False
+    svc = Service(conf, Store(conf.db_path), nodes, FakeExecutor(conf.jobs_dir))
+    [d] = svc.handle_payload(payload(alert(host="gpu1")))
+    assert d["decision"] == "refused" and "pool ceiling" in d["reason"] and "gpu3" in d["reason"], d
+
+
+@pytest.mark.parametrize(("conditions", "ready"), [
+    ([{"type": "Ready", "status": "True"}], True),
+    ([{"type": "Ready", "status": "False"}], False),
+    ([{"type": "Ready", "status": "Unknown"}], False),
+    ([], True),
+])
+def test_the_node_view_reads_readiness(conditions, ready):
+    from ai_l1_day2.remediation import kube  # noqa: PLC0415
+
+    info = kube._info({"metadata": {"name": "n"}, "status": {"conditions": conditions}})  # noqa: SLF001
+    assert info.ready is ready

@@ -349,4 +349,7 @@ def _info(node: dict) -> NodeInfo:
         unschedulable=bool(spec.get("unschedulable")),
         taints=tuple(t.get("key") for t in spec.get("taints") or []),
         addresses=tuple(a.get("address") for a in status.get("addresses") or []),
+        # Ready False or Unknown (the node controller lost the kubelet) is not ready; a Node that
+        # reports no Ready condition yet is judged by its other fields.
+        ready=not any(c.get("type") == "Ready" and c.get("status") != "True" for c in status.get("conditions") or []),
     )

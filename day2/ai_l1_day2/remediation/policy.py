@@ -45,6 +45,7 @@ class NodeInfo:
     unschedulable: bool = False
     taints: tuple[str, ...] = ()
     addresses: tuple[str, ...] = ()
+    ready: bool = True  # the Ready condition is True (a NotReady node gives no capacity either)
 
 
 @dataclass
@@ -251,7 +252,9 @@ def decide(  # noqa: PLR0911, PLR0912, PLR0915 (the documented steps, in order)
                     "the ceiling cannot be checked")
         return d
     d.pool = pool
-    unavailable = {n for n in members if n in nodes and nodes[n].unschedulable} | store.active_nodes(db)
+    # Capacity already gone: cordoned, NotReady (a dead kubelet schedules nothing), or being isolated.
+    unavailable = ({n for n in members if n in nodes and (nodes[n].unschedulable or not nodes[n].ready)}
+                   | store.active_nodes(db))
     ok, limit, after = ceiling(node, members, unavailable, cfg.ceiling_fraction)
     if not ok:
         busy = sorted((unavailable & set(members)) - {node})
