@@ -432,6 +432,20 @@ def cmd_image(_lab: Lab | None, _args) -> int:
     return 0
 
 
+def drop_stopped(lab: Lab, existing: dict[str, dict]) -> None:
+    """Remove the containers (and volumes) of nodes that are not running, and forget them in
+    `existing`, so that they are created anew. A node whose container stopped (a killed
+    session, a host reboot) is rebuilt, not restarted: its systemd and Kubernetes state stopped
+    mid-flight, and a restarted one was seen to exit at once ("cannot exec in a stopped container")."""
+    stopped = [n for n in lab.nodes if n.container in existing and existing[n.container].get("State") != "running"]
+    if not stopped:
+        return
+    log("rebuilding stopped nodes: " + ", ".join(f"{n.host} ({existing[n.container].get('State')})" for n in stopped))
+    remove(lab, [n.container for n in stopped], [v for n in stopped for v in n.volumes], False)
+    for n in stopped:
+        existing.pop(n.container)
+
+
 def cmd_up(lab: Lab, args) -> int:
     t0 = time.monotonic()
     image = ensure_image()
@@ -450,17 +464,7 @@ def cmd_up(lab: Lab, args) -> int:
                     log(f"FAILED: network {lab.network}: {err_text(exc)}")
                     return 1
                 created_net = True
-        # A node whose container stopped (a killed session, a host reboot) is rebuilt, not
-        # restarted: its systemd and Kubernetes state stopped mid-flight, and a restarted one
-        # was seen to exit at once ("cannot exec in a stopped container").
-        stopped = [n for n in lab.nodes
-                   if n.container in existing and existing[n.container].get("State") != "running"]
-        if stopped:
-            log("rebuilding stopped nodes: " + ", ".join(
-                f"{n.host} ({existing[n.container].get('State')})" for n in stopped))
-            remove(lab, [n.container for n in stopped], [v for n in stopped for v in n.volumes], False)
-            for n in stopped:
-                existing.pop(n.container)
+        drop_stopped(lab, existing)
         new = [n for n in lab.nodes if n.container not in existing]
         for n in lab.nodes:
             c = existing.get(n.container)

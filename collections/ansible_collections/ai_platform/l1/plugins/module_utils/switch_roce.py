@@ -323,7 +323,7 @@ def host_matches(patterns, name):
     hit = False
     for pattern in patterns:
         if pattern.startswith('|1|'):
-            _, _, salt, digest = pattern.split('|')
+            salt, digest = pattern.split('|')[2:4]
             mine = hmac.new(base64.b64decode(salt), name.encode(), hashlib.sha1).digest()
             hit = hit or hmac.compare_digest(mine, base64.b64decode(digest))
             continue
