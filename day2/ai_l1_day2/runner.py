@@ -37,6 +37,7 @@ import re
 import secrets
 import shlex
 import shutil
+import signal
 import sys
 import threading
 import time
@@ -329,6 +330,84 @@ def write_replay(private_data_dir: Path, *, operation: str, project: Path, playb
     return record
 
 
+GUARD = Path(__file__).with_name("guard.py")
+# How often ansible-runner asks whether to stop (its pexpect timeout; 5 s by default).
+STOP_POLL_S = 1
+
+
+def _proc_fields(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat after the command name: state, ppid, ... (None: no such process)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def guard_of(artifact_dir: str) -> int | None:
+    """This process's child running guard.py for the run whose artifacts are `artifact_dir`. An
+    unreaped child of ours: its pid cannot name another process until ansible-runner reaps it."""
+    me, guard, want = os.getpid(), str(GUARD).encode(), str(artifact_dir).encode()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        fields = _proc_fields(int(entry.name))
+        if not fields or int(fields[1]) != me:
+            continue
+        try:
+            args = Path(entry.path, "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if len(args) > 2 and args[1] == guard and args[2] == want:  # noqa: PLR2004 (python guard.py ARTIFACTS)
+            return int(entry.name)
+    return None
+
+
+def stop_run(artifact_dir: str) -> None:
+    """End a run: SIGTERM to its guard, which stops ansible-playbook and every process below it
+    (SIGKILL after guard.STOP_GRACE_S) and exits only when none is left; return once it has exited.
+    ansible-runner's own cancel and timeout send SIGKILL to the guard's process group, which
+    misses ansible's workers (each calls setsid) and their commands: they would go on."""
+    pid = guard_of(artifact_dir)
+    if pid is None:
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except OSError:
+        return
+    while (fields := _proc_fields(pid)) is not None and fields[0] not in ("Z", "X"):
+        time.sleep(0.05)
+
+
+class _Stopper:
+    """ansible-runner's cancel_callback. Cancel and timeout are ours: the run is stopped (every
+    process gone, stop_run) before ansible-runner is told, so the status it then writes is true."""
+
+    def __init__(self, cancel_callback: Callable[[], bool] | None, timeout: int | None):
+        if cancel_callback is None:
+            # as ansible-runner does without one: SIGTERM and SIGINT cancel the run (main thread only)
+            from ansible_runner.utils import signal_handler  # noqa: PLC0415
+
+            cancel_callback = signal_handler()
+        self.cancel_callback = cancel_callback
+        self.deadline = time.monotonic() + timeout if timeout else None
+        self.runner = None  # set once init_runner has made it
+
+    def __call__(self) -> bool:
+        artifact_dir = self.runner.config.artifact_dir
+        try:
+            canceled = bool(self.cancel_callback()) if self.cancel_callback is not None else False
+        except BaseException:
+            stop_run(artifact_dir)
+            raise
+        if canceled:
+            stop_run(artifact_dir)
+            return True
+        if self.deadline is not None and time.monotonic() > self.deadline and not self.runner.timed_out:
+            stop_run(artifact_dir)
+            self.runner.timed_out = True  # ansible-runner records `timeout` (rc 254)
+        return False
+
+
 def run_operation(
     operation: str,
     *,
@@ -355,6 +434,9 @@ def run_operation(
     (its return value is ignored; every event is kept in the artifacts). timeout: seconds
     before the run is stopped (status 'timeout'). cancel_callback: returns True to cancel.
     check: run the playbook in check mode (ansible-playbook --check).
+
+    Canceled and timed out mean stopped: ansible-playbook and every process it started have
+    exited (stop_run) before the status is written and this returns.
 
     Raises BadInput before anything runs when the operation, inventory or limit is wrong.
     """
@@ -403,6 +485,7 @@ def run_operation(
         return True
 
     started = time.time()
+    stop_requested = _Stopper(cancel_callback, timeout)
     runner = ansible_runner.interface.init_runner(
         private_data_dir=str(private),
         ident=ident,
@@ -411,14 +494,17 @@ def run_operation(
         # inventory, limit, check mode and environment: from env/cmdline and env/envvars (write_replay)
         quiet=quiet,
         event_handler=on_event,
-        cancel_callback=cancel_callback,
-        timeout=timeout,
+        cancel_callback=stop_requested,
+        timeout=None,  # enforced by stop_requested: ansible-runner's own would SIGKILL the guard
         verbosity=verbosity or None,
     )
+    stop_requested.runner = runner
     runner.config.env = run_environment(runner.config.env, dict(os.environ))
-    # ansible-playbook must not outlive this process (guard.py says how and why).
-    runner.config.command = [sys.executable, str(Path(__file__).with_name("guard.py")),
-                             str(runner.config.artifact_dir), "--", *runner.config.command]
+    runner.config.pexpect_timeout = STOP_POLL_S
+    # ansible-playbook must not outlive this process, nor a stopped run leave any process behind
+    # (guard.py says how and why).
+    runner.config.command = [sys.executable, str(GUARD), str(runner.config.artifact_dir), "--",
+                             *runner.config.command]
     runner.run()
     finished = time.time()
     status = runner.status if runner.status in STATUSES else "failed"

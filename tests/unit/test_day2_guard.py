@@ -54,6 +54,36 @@ def test_the_playbook_dies_with_a_sigkilled_runner_and_the_run_gets_a_status(tmp
     assert (artifacts / "rc").read_text() == "-15\n"
 
 
+def test_a_stopped_run_leaves_no_process_behind_however_it_detached(tmp_path):
+    """ansible's workers call setsid() and ssh runs in a session of its own: neither the
+    playbook's process group nor its session holds them. On SIGTERM the guard stops every
+    process below it (SIGKILL for one that ignores SIGTERM) and exits only once all are gone."""
+    pidfile, marker = tmp_path / "detached.pid", tmp_path / "marker"
+    playbook = textwrap.dedent(f"""
+        import os, signal, time
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork():
+                os._exit(0)  # the detached one is orphaned: reparented to the guard, not to us
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            open({str(pidfile)!r}, "w").write(str(os.getpid()))
+            time.sleep(30)
+            open({str(marker)!r}, "w").close()
+            os._exit(0)
+        time.sleep(60)
+    """)
+    guard = subprocess.Popen([sys.executable, str(GUARD), str(tmp_path / "a"), "--", sys.executable, "-c", playbook])
+    end = time.monotonic() + 15
+    while not (pidfile.exists() and pidfile.read_text()):
+        assert time.monotonic() < end, "the detached process did not start"
+        time.sleep(0.05)
+    detached = int(pidfile.read_text())
+    guard.send_signal(signal.SIGTERM)  # run_operation's cancel or timeout
+    assert guard.wait(timeout=60) == 128 + signal.SIGTERM
+    assert not alive(detached), "the guard exited while a process of the run lives"
+    assert not marker.exists()
+
+
 def test_signals_from_the_runner_reach_the_playbook_and_its_rc_comes_back(tmp_path):
     ready = tmp_path / "ready"
     guard = subprocess.Popen([sys.executable, str(GUARD), str(tmp_path / "a"), "--", sys.executable, "-c",
