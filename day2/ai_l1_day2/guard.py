@@ -1,7 +1,7 @@
 """Runs ansible-playbook so that it cannot outlive the process that started it, and so that a
 stopped run leaves no process behind.
 
-    python -m ai_l1_day2.guard ARTIFACTS_DIR -- ansible-playbook ARGS...
+    python -m ai_l1_day2.guard ARTIFACTS_DIR [--lease FILE] -- ansible-playbook ARGS...
 
 ansible-runner starts the playbook through pexpect, in a session of its own: when the process
 running ansible-runner is killed with SIGKILL (an OOM kill, `kill -9` of ai-l1-day2 or of the
@@ -21,11 +21,16 @@ workers), sends SIGTERM to every process below it, sends SIGKILL to what is left
 STOP_GRACE_S, and exits only when it has reaped every process below it. When whoever ran it is
 gone it then writes the run's `status` (canceled) and `rc` into the artifacts, which nobody
 else would; otherwise ansible-runner records the outcome once the guard has exited.
+
+--lease FILE: the guard holds a shared flock on FILE (and ansible-playbook and its forked
+workers inherit it) until the run has ended: the remediation receiver counts a run alive while
+anyone holds its job's lease (remediation/executor.py).
 """
 
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import os
 import signal
 import subprocess
@@ -37,7 +42,7 @@ PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 STOP_GRACE_S = 10.0
-USAGE = "usage: python -m ai_l1_day2.guard ARTIFACTS_DIR -- COMMAND [ARGS...]"
+USAGE = "usage: python -m ai_l1_day2.guard ARTIFACTS_DIR [--lease FILE] -- COMMAND [ARGS...]"
 
 
 def _prctl(option: int, arg: int) -> None:
@@ -112,11 +117,33 @@ def end_run(child: subprocess.Popen, signum: int = signal.SIGTERM, grace_s: floa
         time.sleep(0.05)
 
 
+def hold_lease(path: str) -> int:
+    """A shared flock on the lease file; the descriptor keeps it (inherited by the playbook)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    return fd
+
+
+def parse(argv: list[str]) -> tuple[Path, str | None, list[str]] | None:
+    if "--" not in argv:
+        return None
+    split = argv.index("--")
+    head, command = argv[:split], argv[split + 1:]
+    if len(head) == 3 and head[1] == "--lease":  # noqa: PLR2004 (ARTIFACTS --lease FILE)
+        head, lease = head[:1], head[2]
+    else:
+        lease = None
+    if len(head) != 1 or not command:
+        return None
+    return Path(head[0]), lease, command
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) < 3 or argv[1] != "--":  # noqa: PLR2004 (ARTIFACTS -- COMMAND...)
+    parsed = parse(argv)
+    if parsed is None:
         print(USAGE, file=sys.stderr)
         return 2
-    artifacts, command = Path(argv[0]), argv[2:]
+    artifacts, lease_path, command = parsed
     # Handlers first: a signal that arrives before the playbook runs means it never starts.
     stop: list[int] = []
 
@@ -130,9 +157,15 @@ def main(argv: list[str]) -> int:
     become_subreaper()
     if os.getppid() != parent:  # the parent died before the request took effect
         return 143
-    if stop:  # stopped before it started: nothing runs
-        return ended(artifacts, parent, -stop[0])
-    child = subprocess.Popen(command, preexec_fn=die_with_parent)  # noqa: S603, PLW1509 (prctl only)
+    try:
+        lease = hold_lease(lease_path) if lease_path else None
+    except OSError as exc:  # an untracked run must not start
+        print(f"guard: cannot hold the run's lease {lease_path}: {exc}", file=sys.stderr)
+        return 1
+    if stop or os.getppid() != parent:  # stopped before it started: nothing runs
+        return ended(artifacts, parent, -(stop[0] if stop else signal.SIGTERM))
+    child = subprocess.Popen(command, preexec_fn=die_with_parent,  # noqa: S603, PLW1509 (prctl only)
+                             pass_fds=(lease,) if lease is not None else ())
     while child.poll() is None and not stop:
         time.sleep(0.2)
     # Stopped, or the playbook died of a signal (its workers and their commands may live on):

@@ -422,6 +422,7 @@ def run_operation(
     project: Path | None = None,
     verbosity: int = 0,
     check: bool = False,
+    lease: Path | None = None,
 ) -> RunResult:
     """Run `operation` (a key of OPERATIONS) and wait for it.
 
@@ -433,7 +434,8 @@ def run_operation(
     ansible-playbook output on stdout. event_handler: called with every ansible-runner event
     (its return value is ignored; every event is kept in the artifacts). timeout: seconds
     before the run is stopped (status 'timeout'). cancel_callback: returns True to cancel.
-    check: run the playbook in check mode (ansible-playbook --check).
+    check: run the playbook in check mode (ansible-playbook --check). lease: a file the run holds
+    a shared flock on while any of its processes lives (guard.py; the remediation receiver's).
 
     Canceled and timed out mean stopped: ansible-playbook and every process it started have
     exited (stop_run) before the status is written and this returns.
@@ -503,7 +505,8 @@ def run_operation(
     runner.config.pexpect_timeout = STOP_POLL_S
     # ansible-playbook must not outlive this process, nor a stopped run leave any process behind
     # (guard.py says how and why).
-    runner.config.command = [sys.executable, str(GUARD), str(runner.config.artifact_dir), "--",
+    holder = ["--lease", str(lease)] if lease is not None else []
+    runner.config.command = [sys.executable, str(GUARD), str(runner.config.artifact_dir), *holder, "--",
                              *runner.config.command]
     runner.run()
     finished = time.time()

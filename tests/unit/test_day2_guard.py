@@ -100,6 +100,48 @@ def test_signals_from_the_runner_reach_the_playbook_and_its_rc_comes_back(tmp_pa
     assert not (tmp_path / "a" / "status").exists()  # the runner is alive: it records the outcome
 
 
+def test_the_run_holds_its_lease_until_its_last_process_is_gone(tmp_path):
+    """--lease: the guard holds a shared flock on the file, and the playbook inherits it: the
+    remediation receiver counts the run alive while anyone holds it, even with the guard killed."""
+    import fcntl  # noqa: PLC0415
+
+    lease, ready, marker = tmp_path / "lease", tmp_path / "ready", tmp_path / "marker"
+    lease.touch(mode=0o600)
+
+    def held() -> bool:
+        fd = os.open(lease, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+
+    playbook = (f"import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                f"open({str(ready)!r}, 'w').close(); time.sleep(2); open({str(marker)!r}, 'w').close()")
+    guard = subprocess.Popen([sys.executable, str(GUARD), str(tmp_path / "a"), "--lease", str(lease), "--",
+                              sys.executable, "-c", playbook])
+    end = time.monotonic() + 15
+    while not ready.exists():
+        assert time.monotonic() < end, "the playbook stand-in did not start"
+        time.sleep(0.05)
+    assert held()
+    guard.kill()  # SIGKILL: nothing stops the playbook stand-in, which ignores SIGTERM
+    guard.wait()
+    assert held() and not marker.exists(), "the lease went with the guard while the playbook lives"
+    end = time.monotonic() + 15
+    while held():
+        assert time.monotonic() < end, "the lease outlived the run"
+        time.sleep(0.05)
+    assert marker.exists()
+    # a lease the guard cannot hold: the run does not start
+    proc = subprocess.run([sys.executable, str(GUARD), str(tmp_path / "b"), "--lease", str(tmp_path / "none"), "--",
+                           sys.executable, "-c", f"open({str(marker)!r} + '2', 'w')"],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 1 and "lease" in proc.stderr and not Path(f"{marker}2").exists()
+
+
 def test_usage():
     proc = subprocess.run([sys.executable, str(GUARD), "x"], capture_output=True, text=True, check=False)
     assert proc.returncode == 2 and "usage" in proc.stderr

@@ -4,6 +4,7 @@ waited for while its run lives, judged from the Node when it left nothing, never
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -204,22 +205,138 @@ def test_executor_reads_outcome_from_artifacts_and_checks_pid(tmp_path):
     assert ex.result(job) == {"ident": "id-a", "status": "failed", "rc": 2, "artifacts_dir": str(art),
                               "source": "artifacts"}
     assert ex.runs(7) == ["id-a"]
-    # a live process counts only when its command line names this job's directory
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", str(ex.job_dir(7))])
+    # a live process counts only when it holds the job's lease
+    proc = lease_holder(ex, 7, 30)
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-    end = time.monotonic() + 10
-    while str(ex.job_dir(7)).encode() not in Path(f"/proc/{proc.pid}/cmdline").read_bytes():
-        assert time.monotonic() < end, "the stand-in did not start"
-        time.sleep(0.01)
     try:
         assert ex.alive({"id": 7, "pid": proc.pid}) is True
         # a recorded pid that is some other process (recycled) does not make a job alive
+        lease_holder(ex, 8, 0).wait()  # job 8 ran, and its run is over
         assert ex.alive({"id": 8, "pid": other.pid}) is False
     finally:
         for p in (proc, other):
             p.kill()
             p.wait()
     assert ex.alive({"id": 7, "pid": proc.pid}) is False
+
+
+def decoy(*args: str) -> subprocess.Popen:
+    """A process of anyone's whose command line names a job directory (`sleep 9999 JOB_DIR`)."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", *args])
+    end = time.monotonic() + 10
+    while args[-1].encode() not in Path(f"/proc/{proc.pid}/cmdline").read_bytes():
+        assert time.monotonic() < end, "the decoy did not start"
+        time.sleep(0.01)
+    return proc
+
+
+def test_a_decoy_naming_the_job_directory_keeps_no_run_alive(tmp_path):
+    """One `sleep 9999 /var/lib/ai-l1-remediate/jobs/job-000001` kept every job alive, its node
+    locked: a run is what holds the job's lease, nothing a command line says."""
+    ex = SubprocessExecutor(tmp_path / "jobs")
+    lease_holder(ex, 1, 0).wait()  # the run started, and ended without an outcome
+    jdir = ex.job_dir(1).resolve()
+    decoys = [decoy(str(jdir)), decoy("-e", f"@{jdir}/runs/r-1/env/extravars")]
+    try:
+        assert ex.alive({"id": 1, "pid": None}) is False
+        assert ex.alive({"id": 1, "pid": decoys[0].pid}) is False
+        assert ex.run_processes({"id": 1, "pid": None}) == []
+        ex.wait({"id": 1, "pid": None}, lambda ident: None, timeout_s=5)  # returns at once
+    finally:
+        for proc in decoys:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_job_without_a_lease_counts_only_the_receivers_own_processes(tmp_path):
+    """A job an earlier receiver started (no lease file): its processes name the job directory,
+    and only the receiver's own user's count."""
+    ex = SubprocessExecutor(tmp_path / "jobs")
+    jdir = ex.job_dir(2).resolve()
+    jdir.mkdir(parents=True)
+    proc = decoy(str(jdir))
+    try:
+        assert ex.alive({"id": 2, "pid": None}) is True
+        assert ex.run_processes({"id": 2, "pid": None}) == [proc.pid]
+        ex.uid = os.geteuid() + 1  # the same process, as another user's
+        assert ex.alive({"id": 2, "pid": None}) is False
+        assert ex.run_processes({"id": 2, "pid": None}) == []
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="starting another user's process needs root")
+def test_another_users_process_never_keeps_a_run_alive(tmp_path):
+    ex = SubprocessExecutor(tmp_path / "jobs")
+    lease_holder(ex, 3, 0).wait()
+    ex.job_dir(4).mkdir(parents=True)
+    procs = [subprocess.Popen(["sh", "-c", "sleep 30; :", str(ex.job_dir(n).resolve())], user=65534) for n in (3, 4)]
+    try:
+        time.sleep(0.5)
+        assert all(proc.poll() is None for proc in procs)
+        for n in (3, 4):  # with a lease, and without one
+            assert ex.alive({"id": n, "pid": None}) is False, n
+            assert ex.run_processes({"id": n, "pid": None}) == [], n
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_started_run_holds_its_lease_from_its_first_instant(tmp_path):
+    """The receiver takes the lease before the child exists and the child inherits it: a
+    receiver dying right after the start leaves a run that counts as alive. The lease is the
+    receiver's own (0600); one left there by someone else is replaced."""
+    ex = SubprocessExecutor(tmp_path / "jobs")
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\nexec sleep 30\n")  # keeps the inherited descriptor, names nothing
+    fake.chmod(0o755)
+    ex.python = str(fake)
+    ex.job_dir(5).mkdir(parents=True)
+    lease(ex, 5).write_text("")
+    lease(ex, 5).chmod(0o666)
+    pid = ex.start({"id": 5, "attempts": 1}, {})
+    try:
+        st = lease(ex, 5).stat()
+        assert (st.st_mode & 0o777, st.st_uid) == (0o600, os.geteuid())
+        assert ex.alive({"id": 5, "pid": None}) is True
+        assert ex.run_processes({"id": 5, "pid": None}) == [pid]
+    finally:
+        os.kill(pid, 9)
+    end = time.monotonic() + 10
+    while ex.alive({"id": 5, "pid": pid}):
+        assert time.monotonic() < end, "the lease outlived the run"
+        time.sleep(0.05)
+
+
+def test_a_dead_receivers_job_is_not_held_by_a_decoy(tmp_path):
+    """After a restart, a job whose run is gone is judged from the Node at once, whatever other
+    processes name its directory (it used to stay `running`, its node locked, while they lived)."""
+    nodes = FakeNodes()
+    a = make(tmp_path, nodes=nodes)
+    [d] = a.handle_payload(payload(alert()))
+    job = a.store.claim_next(a.owner)
+    a.store.close()
+    conf = make_config(tmp_path)
+    b = Service(conf, Store(conf.db_path), nodes, SubprocessExecutor(conf.jobs_dir))
+    b.owner = "receiver-b"
+    lease_holder(b.executor, job["id"], 0).wait()  # the run was started and died
+    b.store.update_job(job["id"], pid=4_000_000, run_dir=str(b.executor.job_dir(job["id"])))
+    proc = decoy(str(b.executor.job_dir(job["id"]).resolve()))
+    b.executor.start = lambda *args: pytest.fail("the job was judged isolated: nothing to run again")
+    nodes.isolate("gpu1")
+    try:
+        b.recover()
+        done = b.store.job(d["job_id"])
+    finally:
+        proc.kill()
+        proc.wait()
+    assert done["state"] == "done" and "isolation completed" in done["message"]
+    [recovered] = b.store.audit_entries("job.recovered")
+    assert recovered["decision"] == "dead"
+    with b.store.transaction() as db:
+        assert b.store.lock_holder(db, "gpu1") is None
 
 
 def test_concurrent_webhooks_never_double_lock(tmp_path):
@@ -308,18 +425,31 @@ def test_executor_never_takes_an_earlier_attempts_outcome(tmp_path, monkeypatch)
     assert ex.result({"id": 3, "pid": None}) is None
 
 
-def orphan_run(ex: SubprocessExecutor, job_id: int, seconds: float) -> subprocess.Popen:
-    """What a SIGKILLed child leaves: ansible-playbook in its own session, naming the job's
-    extravars file (-e @JOB_DIR/runs/<ident>/env/extravars), reparented away from us."""
-    extravars = ex.job_dir(job_id).resolve() / "runs" / "r-1" / "env" / "extravars"
-    proc = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds})", "-e", f"@{extravars}"],
-                            start_new_session=True)
-    # until it has exec'd, the child still shows pytest's command line
+def lease(ex: SubprocessExecutor, job_id: int) -> Path:
+    return ex.job_dir(job_id) / "lease"
+
+
+def lease_holder(ex: SubprocessExecutor, job_id: int, seconds: float) -> subprocess.Popen:
+    """A process of the job's run: it holds the job's lease (as the run child, guard.py --lease
+    and ansible-playbook do) for `seconds`, in a session of its own."""
+    ex.job_dir(job_id).mkdir(parents=True, exist_ok=True)
+    os.close(os.open(lease(ex, job_id), os.O_RDONLY | os.O_CREAT, 0o600))
+    held = ex.job_dir(job_id) / f"held-{time.monotonic_ns()}"
+    proc = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time; "
+                             "fcntl.flock(os.open(sys.argv[1], os.O_RDONLY), fcntl.LOCK_SH); "
+                             "open(sys.argv[2], 'w').close(); time.sleep(float(sys.argv[3]))",
+                             str(lease(ex, job_id)), str(held), str(seconds)], start_new_session=True)
     end = time.monotonic() + 10
-    while str(extravars).encode() not in Path(f"/proc/{proc.pid}/cmdline").read_bytes():
-        assert time.monotonic() < end, "the orphan stand-in did not start"
+    while not held.exists():
+        assert time.monotonic() < end, "the stand-in did not take the lease"
         time.sleep(0.01)
     return proc
+
+
+def orphan_run(ex: SubprocessExecutor, job_id: int, seconds: float) -> subprocess.Popen:
+    """What a SIGKILLed child leaves: ansible-playbook in its own session, holding the job's
+    lease, reparented away from us."""
+    return lease_holder(ex, job_id, seconds)
 
 
 def test_an_orphaned_playbook_counts_as_the_run_without_a_pid(tmp_path):

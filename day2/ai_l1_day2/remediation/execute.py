@@ -1,6 +1,10 @@
 """Child process of the receiver: one isolation run (see executor.py).
 
     python -m ai_l1_day2.remediation.execute JOB_DIR SPEC_JSON
+
+The receiver passes this process a descriptor holding the job's lease (JOB_DIR/lease); it
+stays open for the process's life, and the run's guard takes the lease too (run_operation's
+lease), so the run counts as alive until its last process has exited.
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ import os
 import sys
 import time
 from pathlib import Path
+
+from ai_l1_day2.remediation.executor import LEASE
 
 
 def _write(path: Path, text: str) -> None:
@@ -31,12 +37,14 @@ def main(argv: list[str]) -> int:
         return True  # keep the event in the artifacts
 
     started = time.time()
+    lease = job_dir / LEASE
     try:
         from ai_l1_day2.runner import run_operation  # noqa: PLC0415
 
         res = run_operation(spec["operation"], inventory=spec["inventory"], limit=spec["limit"],
                             extravars=spec["extravars"], runs_dir=str(job_dir / "runs"), quiet=True,
-                            event_handler=on_event, timeout=spec.get("timeout"))
+                            event_handler=on_event, timeout=spec.get("timeout"),
+                            lease=lease if lease.exists() else None)
         result = {"ident": res.ident, "status": res.status, "rc": res.rc, "artifacts_dir": str(res.artifacts_dir),
                   "stats": res.stats, "source": "runner"}
     except Exception as exc:  # noqa: BLE001 (the outcome must be recorded whatever failed)
