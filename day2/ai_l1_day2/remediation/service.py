@@ -3,9 +3,9 @@ queued jobs, and recovery of jobs a dead receiver left running.
 
 Exactly-once on restart: a job found `running` whose run process
   - finished (result.json or the ansible-runner artifacts say so) is marked from that outcome;
-  - is still alive (runs are detached from the receiver; every process whose command line
-    names the job's directory counts, ansible-playbook included) is waited for, not started
-    again, in one of the run.workers slots like any other run;
+  - is still alive (runs are detached from the receiver; alive while the job's lease file is
+    locked, by the run child, the guard, ansible-playbook or its workers) is waited for, not
+    started again, in one of the run.workers slots like any other run;
   - died without an outcome is marked done when the Node shows the isolation completed
     (cordoned and carrying the isolation taint), else queued again (up to run.max_attempts).
 One receiver per state directory: an exclusive flock on <state_dir>/receiver.lock.
