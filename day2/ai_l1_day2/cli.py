@@ -12,6 +12,7 @@ Exit codes: see EXIT_CODES (and `ai-l1-day2 --help`).
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import re
@@ -19,13 +20,22 @@ import signal
 import sys
 import threading
 import time
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
 
 from ai_l1_day2 import __version__
-from ai_l1_day2.runner import INVENTORY_ENV, OPERATIONS, BadInput, RunResult, inventory_manager, run_operation
+from ai_l1_day2.runner import (
+    INVENTORY_ENV,
+    OPERATIONS,
+    BadInput,
+    RunResult,
+    default_runs_dir,
+    inventory_manager,
+    run_operation,
+)
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -33,6 +43,7 @@ EXIT_FAILED = 2
 EXIT_BAD_INPUT = 3
 EXIT_TIMEOUT = 4
 EXIT_CANCELED = 5
+EXIT_BUSY = 6
 EXIT_CODES = {
     EXIT_OK: "the run succeeded",
     EXIT_ERROR: "the tool itself failed (a bug or an unusable ansible-runner)",
@@ -40,6 +51,7 @@ EXIT_CODES = {
     EXIT_BAD_INPUT: "bad input, nothing was run (unknown host, no or missing inventory, bad -e, missing option)",
     EXIT_TIMEOUT: "the run hit --timeout and was stopped",
     EXIT_CANCELED: "the run was canceled (Ctrl-C / SIGTERM)",
+    EXIT_BUSY: "nothing was run: another ai-l1-day2 run on this controller is acting on one of the nodes",
 }
 STATUS_EXIT = {"successful": EXIT_OK, "failed": EXIT_FAILED, "timeout": EXIT_TIMEOUT,
                "canceled": EXIT_CANCELED}
@@ -351,6 +363,47 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, on_signal)
 
     progress = None if args.quiet or args.verbose else Progress(sys.stderr)
+    with ExitStack() as held:
+        try:
+            for node in sorted(set(args.nodes or [])):
+                held.enter_context(node_lock(args.runs_dir or default_runs_dir(), node, args.operation))
+        except NodeBusy as exc:
+            print(f"ai-l1-day2: {exc}", file=sys.stderr)
+            return EXIT_BUSY
+        except BadInput as exc:
+            print(f"ai-l1-day2: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        return _run(args, extravars, progress, cancel)
+
+
+class NodeBusy(RuntimeError):
+    """Another run on this controller holds the node's lock."""
+
+
+@contextmanager
+def node_lock(runs_dir: Path, node: str, operation: str):
+    """An exclusive lock per node for the run's lifetime (flock on <runs_dir>/locks/<node>.lock,
+    released by the kernel whatever ends the process): two runs never act on one node at once."""
+    locks = Path(runs_dir) / "locks"
+    try:
+        locks.mkdir(parents=True, exist_ok=True)
+        fd = os.open(locks / f"{node}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise BadInput(f"runs directory {runs_dir} is unusable for node locks: {exc.strerror}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
+            raise NodeBusy(f"node {node} is being acted on by another run ({holder}); nothing was run") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()}, {operation}".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _run(args, extravars: dict, progress, cancel: threading.Event) -> int:
     try:
         limit = None if args.operation == "add-node" else args.nodes
         result = run_operation(args.operation, inventory=args.inventory, limit=limit, extravars=extravars,

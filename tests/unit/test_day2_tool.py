@@ -519,3 +519,35 @@ def test_a_run_replays_with_ansible_runner(project, monkeypatch):
     assert "hello node2 replayed {{ as data }}" in stdout, stdout
     assert "node1" not in stdout  # the original run's limit
     assert (replay / "status").read_text().strip() == "successful"
+
+
+# ------------------------------------------------------------------ one run per node at a time
+
+
+def test_a_second_run_on_a_node_in_use_runs_nothing(monkeypatch, project, tmp_path, capsys):
+    """Two ai-l1-day2 runs on one controller never act on one node at once: the second is refused
+    (exit 6) while the first holds the node's lock, and runs once the first has ended."""
+    started, release = threading.Event(), threading.Event()
+    calls = []
+
+    def slow_run(operation, **kwargs):
+        calls.append(kwargs["limit"])
+        started.set()
+        release.wait(10)
+        return RunResult(ident="x", operation=operation, status="successful", rc=0, private_data_dir=tmp_path,
+                         artifacts_dir=tmp_path, stats={}, started=1.0, finished=2.0)
+
+    monkeypatch.setattr(cli, "run_operation", slow_run)
+    argv = ["cordon", "-n", "node1", "-i", str(project / "inventory.yml"), "-q"]
+    first = threading.Thread(target=cli.main, args=(argv,))
+    first.start()
+    try:
+        assert started.wait(10)
+        assert cli.main(argv) == cli.EXIT_BUSY
+        assert "node node1 is being acted on by another run" in capsys.readouterr().err
+        assert cli.main(["cordon", "-n", "node2", "-i", str(project / "inventory.yml"), "-q"]) == cli.EXIT_OK
+    finally:
+        release.set()
+        first.join(10)
+    assert cli.main(argv) == cli.EXIT_OK
+    assert calls == [["node1"], ["node2"], ["node1"]]
