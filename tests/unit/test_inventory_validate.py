@@ -224,8 +224,7 @@ def test_schema_mistakes_are_reported():
     assert errors[0].startswith("schema: variables.a has unknown rule 'typ' (known: ")
     assert errors[1:4] == [
         'schema: variables.b.type must be one of str, int, float, bool, list, dict (got \'string\')',
-        "schema: variables.b.format must be one of ip, cidr, abspath, hostname_or_ip, k8s_node_name, k8s_labels, "
-        "secret, gpu_queue_teams (got 'url')",
+        f"schema: variables.b.format must be one of {', '.join(iv.FORMATS)} (got 'url')",
         'schema: variables.b.pattern is not a valid regular expression '
         '(missing ), unterminated subpattern at position 0)',
     ]
@@ -643,3 +642,256 @@ def test_check_definitions_compares_connection_variables_only():
     }}}
     assert iv.check_definitions([inventory]) == [
         ('h2', 'is defined more than once with different ansible_port (2222 in b; 22 in d)', None)]
+
+
+# ---- classes of mistakes: formats, nested rules, references, numbers, relations, groups
+
+@pytest.mark.parametrize(('value', 'fmt', 'problem'), [
+    ('192.0.2.10', 'host_ip', None),
+    ('api.example.com', 'host_ip', 'an IP address'),
+    ('127.0.0.10', 'host_ip', 'a host address, not a loopback address'),
+    ('0.0.0.0', 'host_ip', 'a host address, not the unspecified address'),
+    ('224.0.0.5', 'host_ip', 'a host address, not a multicast address'),
+    ('169.254.0.7', 'host_ip', 'a host address, not a link-local address'),
+    ('255.255.255.255', 'host_ip', 'a host address, not the broadcast address'),
+    ('240.0.0.1', 'host_ip', 'a host address, not a reserved address'),
+    ('fe80::1', 'host_ip', 'a host address, not a link-local address'),
+    ('127.0.0.1', 'hostname_or_ip', None),  # a test's or a local connection's controller
+    ('0.0.0.0', 'hostname_or_ip', 'a host address, not the unspecified address'),
+    ('/mnt/nvme', 'mount_path', None),
+    ('/', 'mount_path', 'a mount point of its own, not a system directory'),
+    ('/var', 'mount_path', 'a mount point of its own, not a system directory'),
+    ('mnt/nvme', 'mount_path', 'an absolute mount point'),
+    ('/mnt/x/../nvme', 'mount_path', 'an absolute mount point without //, /./, /../ or a trailing / (/mnt/nvme)'),
+    ('/srv/ a', 'abspath', 'an absolute path'),
+    ('/dev/nvme1n1', 'device_path', None),
+    ('/dev/disk/by-id/nvme-X_1', 'device_path', None),
+    ('nvme1n1', 'device_path', 'an absolute device path such as /dev/disk/by-id/nvme-...'),
+    ('/dev/disk/by-id', 'device_path', 'an absolute device path such as /dev/disk/by-id/nvme-...'),
+    ('/dev/disk/by-id/nvme-X_1', 'stable_device_path', None),
+    ('/var/lib/ai-l1-lab/disks/ssd0', 'stable_device_path', None),  # the lab's disk files
+    ('/dev/mapper/vg-osd0', 'stable_device_path', None),
+    ('/dev/sdb', 'stable_device_path', 'a stable device path (/dev/disk/by-id/..., by-path or by-uuid): a kernel '
+                                       'name such as /dev/sdb can name another disk after a reboot'),
+    ('/dev/nvme0n1p2', 'stable_device_path', 'a stable device path (/dev/disk/by-id/..., by-path or by-uuid): a '
+                                             'kernel name such as /dev/sdb can name another disk after a reboot'),
+    ('ens1f0', 'ifname', None),
+    ('bond0.100', 'ifname', None),
+    ('enp65s0f0np0rdma', 'ifname', "a network interface name (1 to 15 characters, no '/', ':' or whitespace)"),
+    ('eth0:1', 'ifname', "a network interface name (1 to 15 characters, no '/', ':' or whitespace)"),
+    ('..', 'ifname', "a network interface name (1 to 15 characters, no '/', ':' or whitespace)"),
+    ('0c5c1d2e-7f3a-4b8e-9d61-2a4f6b8c0e13', 'uuid', None),
+    ('0c5c1d2e7f3a4b8e9d612a4f6b8c0e13', 'uuid', 'a lowercase UUID such as 0c5c1d2e-7f3a-4b8e-9d61-2a4f6b8c0e13'),
+    ('ai-l1-remediation', 'k8s_name', None),
+    ('ai.l1', 'k8s_name', 'a Kubernetes name (DNS-1123 label: at most 63 of a-z 0-9 -, alphanumeric at both ends)'),
+    ('ceph-rbd.ssd', 'k8s_subdomain', None),
+    ('Fast', 'k8s_subdomain', 'a Kubernetes object name (DNS-1123 subdomain: lowercase letters, digits, - and ., at '
+                              'most 253 characters)'),
+    ('34Gi', 'k8s_quantity', None),
+    ('500m', 'k8s_quantity', None),
+    ('-2', 'k8s_quantity', 'a Kubernetes quantity such as 2, 500m or 34Gi (no sign)'),
+])
+def test_formats_of_identifiers_paths_and_addresses(value, fmt, problem):
+    message = iv.check_format('v', value, fmt)
+    assert message == (f'v must be {problem} (got {value!r})' if problem else None)
+
+
+def test_nested_rules_name_the_path():
+    rule = {'each': {'fields': {'path': {'format': 'stable_device_path'}, 'device_class': {'required': True}}}}
+    value = [{'path': '/dev/disk/by-id/a', 'device_class': 'ssd'}, {'path': '/dev/sdb'}]
+    assert iv.check_value('osds', value, rule) == [
+        "osds[1].path must be a stable device path (/dev/disk/by-id/..., by-path or by-uuid): a kernel name such as "
+        "/dev/sdb can name another disk after a reboot (got '/dev/sdb')",
+        'osds[1].device_class is required but not defined']
+    assert iv.check_value('sel', {'kubernetes.io/hostname': 'x', 'a': -1}, {'each': {'min': 0}}) == [
+        'sel.a must be >= 0 (got -1)']
+
+
+def test_counts_min_items_unique_items_and_allow_empty():
+    assert iv.check_value('mons', ['a', 'b'], {'counts': [1, 3, 5, 7]}) == [
+        'mons must have 1, 3, 5 or 7 entries (has 2: a, b)']
+    assert iv.check_value('mons', [], {'counts': [1, 3]}) == []  # no monitors at all: min_items says so
+    assert iv.check_value('ntp', [], {'min_items': 1}) == ['ntp must not be empty']
+    assert iv.check_value('ports', ['a', 'b', 'a'], {'unique_items': True}) == ["ports lists 'a' more than once"]
+    assert iv.check_value('ifname', '', {'format': 'ifname', 'allow_empty': True}) == []
+    # min and max compare numbers and numeric strings, never other strings (the type rule's job).
+    assert iv.check_value('t', '5m0s', {'min': 1}) == []
+    assert iv.check_value('t', '0', {'min': 1}) == ["t must be >= 1 (got '0')"]
+
+
+def _ctx(**values):
+    return iv.Context({**GROUPS, 'storage': ['stor1', 'stor2', 'stor3'],
+                       'all': [*GROUPS['all'], 'stor1', 'stor2', 'stor3']},
+                      lambda name: values.get(name, iv.UNDEFINED))
+
+
+def test_hosts_in_names_hosts_of_the_group():
+    rule = {'hosts_in': 'storage'}
+    assert iv.check_value('mons', ['stor1', 'stor-2', 'cp1', 'stor1'], rule, _ctx()) == [
+        'mons names stor-2, which is not a host of group storage (did you mean stor2?)',
+        'mons names cp1, which is not in group storage',
+        'mons names stor1 more than once']
+    assert iv.check_value('node', 'gpu3', {'hosts_in': 'k8s_control_plane:k8s_worker'}, _ctx()) == [
+        'node names gpu3, which is not a host of groups k8s_control_plane, k8s_worker (did you mean gpu2?)']
+    assert iv.check_value('api', 'npu1', {'hosts_in': 'all'}, _ctx()) == []
+    assert iv.check_value('api', 'x', {'hosts_in': 'all'}) == []  # without a context: not checked
+
+
+def test_within_a_subnet_another_variable_holds():
+    rule = {'format': 'host_ip', 'within': 'net'}
+    ctx = _ctx(net='192.0.2.0/24')
+    assert iv.check_value('vip', '192.0.2.10', rule, ctx) == []
+    assert iv.check_value('vip', '192.0.2.0', rule, ctx) == [
+        "vip '192.0.2.0' is the network address of net '192.0.2.0/24'"]
+    assert iv.check_value('vip', '192.0.2.255', rule, ctx) == [
+        "vip '192.0.2.255' is the broadcast address of net '192.0.2.0/24'"]
+    assert iv.check_value('vip', '198.51.100.1', rule, ctx) == ["vip '198.51.100.1' is outside net '192.0.2.0/24'"]
+    assert iv.check_value('vip', 'api.example.com', {'within': 'net'}, ctx) == []  # a name: not placed
+    assert iv.check_value('vip', '192.0.2.1', rule, _ctx(net='192.0.2.0/31')) == []  # /31: both usable
+    assert iv.check_value('vip', '198.51.100.1', rule, _ctx()) == []  # no subnet in the inventory
+    # A value its format refuses is not placed as well.
+    assert iv.check_value('vip', '224.0.0.1', rule, ctx) == [
+        "vip must be a host address, not a multicast address (got '224.0.0.1')"]
+
+
+def test_no_negative_number_anywhere_but_in_free_form_settings():
+    teams = [{'name': 'a', 'capability': {'nvidia.com/gpu': -8, 'memory': '-4Gi', 'cpu': '16'}, 'weight': 1}]
+    hv = hostvars(**{h: {'teams': teams, 'sysctls': {'kernel.perf_event_paranoid': -1}, 'count': -1,
+                         'unread': -1, 'flag': False} for h in GROUPS['k8s_control_plane']})
+    rules = {'teams': {}, 'sysctls': {}, 'count': {}, 'flag': {}}
+    numbers = {'min': 0, 'except': ['sysctls']}
+    assert iv.validate_inventory(GROUPS, hv, rules=rules, numbers=numbers) == [
+        'group k8s_control_plane: teams[0].capability[nvidia.com/gpu] must be >= 0 (got -8)',
+        "group k8s_control_plane: teams[0].capability.memory must be >= 0 (got '-4Gi')",
+        'group k8s_control_plane: count must be >= 0 (got -1)',
+    ]
+    # A value its own rule refused is not walked too (one finding per value).
+    rules['count'] = {'min': 1}
+    errors = iv.validate_inventory(GROUPS, hv, rules=rules, numbers=numbers)
+    assert [e for e in errors if 'count' in e] == ['group k8s_control_plane: count must be >= 1 (got -1)']
+    assert iv.validate_inventory(GROUPS, hv, rules=rules) == ['group k8s_control_plane: count must be >= 1 (got -1)']
+
+
+def test_name_rules_apply_to_every_read_variable_of_the_kind():
+    hv = hostvars(**{h: {'a_port': 0, 'b_port': 70000, 'c_port': 0, 'unread_port': 0} for h in GROUPS['all']})
+    rules = {'b_port': {}, 'c_port': {'min': 0}}
+    role_specs = {'a': iv.RoleSpec('all', {'a_port': {'type': 'int'}})}
+    assert iv.validate_inventory(GROUPS, hv, rules=rules, role_specs=role_specs,
+                                 name_rules={'_port$': {'min': 1, 'max': 65535}}) == [
+        'group all: b_port must be <= 65535 (got 70000)',  # its own rule, with the name rule's keys
+        'group all: a_port must be >= 1 (got 0)',  # a role argument
+    ]
+    # A name rule does not make a variable read.
+    assert 'unread_port' not in iv.apply_name_rules(rules, {'_port$': {'min': 1}}, iv.read_variables(rules, {}))
+
+
+NVIDIA_SPEC = {'nvidia_driver_version': {'type': 'str', 'default': '550.54.15'},
+               'nvidia_driver_branch': {'type': 'str', 'default': '550'},
+               'nvidia_driver_source': {'type': 'str', 'default': 'repository'},
+               'nvidia_driver_runfile_sha256': {'type': 'str', 'default': ''},
+               'nvidia_driver_runfile_url': {'type': 'str', 'default': 'https://x/{{ nvidia_driver_version }}.run'}}
+BRANCH = {'hosts': 'gpu_nvidia', 'that': ['nvidia_driver_version.branch', '==', 'nvidia_driver_branch']}
+RUNFILE = {'hosts': 'gpu_nvidia', 'when': {'nvidia_driver_source': 'runfile'},
+           'requires': 'nvidia_driver_runfile_sha256', 'why': 'verified'}
+
+
+def test_relations_fill_in_role_defaults():
+    role_specs = {'nvidia_driver': iv.RoleSpec('gpu_nvidia', NVIDIA_SPEC)}
+    hv = hostvars(gpu1={'nvidia_driver_version': '535.104.05'},
+                  gpu2={'nvidia_driver_version': '535.104.05', 'nvidia_driver_branch': '535',
+                        'nvidia_driver_source': 'runfile'})
+    assert iv.validate_inventory(GROUPS, hv, relations=[BRANCH, RUNFILE], role_specs=role_specs) == [
+        "host gpu1: the branch (535) of nvidia_driver_version '535.104.05' must equal nvidia_driver_branch '550' "
+        "(the role's default)",
+        "host gpu2: nvidia_driver_runfile_sha256 must be set when nvidia_driver_source is 'runfile': verified",
+    ]
+    # Only the defaults of a role the host runs; a templated default is not known here.
+    assert iv.validate_inventory(GROUPS, hv, relations=[BRANCH]) == []
+    assert iv._RoleDefaults(GROUPS, role_specs).get('nvidia_driver_runfile_url', 'gpu1') is iv.UNDEFINED
+    assert iv._RoleDefaults(GROUPS, role_specs).get('nvidia_driver_branch', 'cp1') is iv.UNDEFINED
+
+
+def test_relations_compare_numbers_and_skip_what_is_refused_already():
+    order = {'hosts': 'k8s_control_plane', 'that': ['k8s_pod_cidr.prefixlen', '<=', 'mask'], 'why': 'cut from it'}
+    dscp = {'that': ['tos.dscp', '==', 'dscp']}
+    hv = hostvars(cp1={'mask': 14}, cp2={'mask': '24'}, gpu1={'tos': 106, 'dscp': 26}, gpu2={'tos': 96, 'dscp': 26})
+    assert iv.validate_inventory(GROUPS, hv, relations=[order, dscp]) == [
+        "host cp1: the prefix length (16) of k8s_pod_cidr '10.244.0.0/16' must be at most mask 14: cut from it",
+        'host gpu2: the DSCP (ToS >> 2) (24) of tos 96 must equal dscp 26',
+    ]
+    # A value its own rule refused (dscp 64 > 63) is not compared as well.
+    hv['gpu2']['dscp'] = 64
+    assert iv.validate_inventory(GROUPS, hv, rules={'dscp': {'max': 63}}, relations=[dscp]) == [
+        'host gpu2: dscp must be <= 63 (got 64)']
+
+
+def test_role_specs_imply_non_empty_required_and_absolute_paths():
+    spec = {'servers': {'type': 'list', 'elements': 'str', 'required': True},
+            'root': {'type': 'path', 'default': '/sys'},
+            'files': {'type': 'list', 'elements': 'path', 'default': []},
+            'osds': {'type': 'list', 'elements': 'dict', 'options': {
+                'path': {'type': 'path', 'required': True}, 'device_class': {'type': 'str', 'required': True}}}}
+    hv = hostvars(**{h: {'servers': ['ntp1']} for h in GROUPS['all']})
+    hv['gpu1'].update(servers=[], root='sys', files=['/a', 'b'], osds=[{'path': 'dev/sdb', 'device_class': ''}])
+    assert iv.validate_inventory(GROUPS, hv, role_specs={'r': iv.RoleSpec('all', spec)}) == [
+        'host gpu1: role r: servers must not be empty',
+        "host gpu1: role r: root must be an absolute path (got 'sys')",
+        "host gpu1: role r: files[1] must be an absolute path (got 'b')",
+        "host gpu1: role r: osds[0].path must be an absolute path (got 'dev/sdb')",
+        'host gpu1: role r: osds[0].device_class must not be empty',
+    ]
+
+
+def test_hosts_in_groups_no_play_runs_on_are_refused():
+    groups = {**GROUPS, 'gpu_nvida': ['gpu2'], 'ungrouped': ['stray'], 'empty_site_group': [],
+              'all': [*GROUPS['all'], 'stray']}
+    known = iv.known_groups(required_groups=['k8s_control_plane', 'k8s_worker'],
+                            exclusive_groups=[['gpu_nvidia', 'npu_ascend']])
+    entries = [('group_vars', 'all', 'group_vars/all'), ('group_vars', 'gpu_nvdia', 'group_vars/gpu_nvdia'),
+               ('host_vars', 'gpu1', 'host_vars/gpu1.yml'), ('host_vars', 'gpu-1', 'host_vars/gpu-1.yml')]
+    assert iv.validate_inventory(groups, hostvars(), groups_known=known, vars_entries=entries) == [
+        'group gpu_nvida: host gpu2 is in a group no play runs on (did you mean gpu_nvidia?)',
+        'host stray: is in no group, so no play runs on it',
+        'group gpu_nvdia: group_vars/gpu_nvdia sets variables for a group the inventory does not have, so no host '
+        'gets them (did you mean gpu_nvidia?)',
+        'host gpu-1: host_vars/gpu-1.yml sets variables for a host the inventory does not have (did you mean gpu1?)',
+    ]
+    assert iv.validate_inventory(groups, hostvars(), groups_known=known | {'gpu_nvida'})[-1].startswith('host stray')
+    # Not asked for (groups_known None): not checked.
+    assert iv.validate_inventory(groups, hostvars()) == []
+
+
+def test_vars_entries_lists_group_and_host_vars_beside_the_inventory(tmp_path):
+    (tmp_path / 'group_vars/all').mkdir(parents=True)
+    (tmp_path / 'group_vars/gpu_nvidia.yml').write_text('x: 1\n')
+    (tmp_path / 'group_vars/README.md').write_text('not variables\n')
+    (tmp_path / 'host_vars').mkdir()
+    (tmp_path / 'host_vars/gpu1').write_text('x: 1\n')
+    (tmp_path / 'hosts.yml').write_text('all: {}\n')
+    expected = [('group_vars', 'all', 'group_vars/all'), ('group_vars', 'gpu_nvidia', 'group_vars/gpu_nvidia.yml'),
+                ('host_vars', 'gpu1', 'host_vars/gpu1')]
+    assert iv.vars_entries([str(tmp_path)]) == expected
+    assert iv.vars_entries([str(tmp_path / 'hosts.yml')]) == expected
+
+
+def test_schema_mistakes_in_the_new_keys_are_reported():
+    rules = {'a': {'each': {'hosts': 'x', 'format': 'nope'}, 'counts': [2, 'x'], 'fields': {'k': 'str'}}}
+    errors = iv.check_rules(rules, name_rules={'(': {}, '_port$': {'min': 'one'}},
+                            relations=[{'that': ['a', '=', 'b']}, {'that': ['a.major', '==', 'b']},
+                                       {'requires': 'a', 'that': ['a', '==', 'b']}, {'whenn': {}}],
+                            numbers={'min': 'zero', 'exept': []})
+    assert [e.split(' (known')[0] for e in errors] == [
+        'schema: variables.a.counts must be a non-empty list of integers',
+        "schema: variables.a.each has unknown rule 'hosts'",
+        f"schema: variables.a.each.format must be one of {', '.join(iv.FORMATS)} (got 'nope')",
+        'schema: variables.a.fields[k] must be a dict of rules (got str)',
+        "schema: name_rules['('] is not a valid regular expression (missing ), unterminated subpattern at position 0)",
+        "schema: name_rules['_port$'].min must be a number (got 'one')",
+        "schema: relations[0].that must be [A, OP, B] with OP one of ==, !=, <=, <, >=, > (got ['a', '=', 'b'])",
+        'schema: relations[1].that: a.major has no attribute major',
+        'schema: relations[2] needs one of that: [A, OP, B] or requires: NAME',
+        "schema: relations[3] has unknown key 'whenn'",
+        'schema: relations[3] needs one of that: [A, OP, B] or requires: NAME',
+        "schema: numbers has unknown key 'exept'",
+        "schema: numbers.min must be a number (got 'zero')",
+    ]

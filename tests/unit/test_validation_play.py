@@ -74,7 +74,7 @@ CASES = {
         'k8s_control_plane; the inventory value would be ignored'],
     'host_defined_twice': [
         "host gpu1: is defined more than once with different ansible_host "
-        "('192.0.2.21' in gpu_nvidia; '192.0.2.99' in storage_clients)"],
+        "('192.0.2.21' in gpu_nvidia; '192.0.2.99' in remediation_receiver)"],
     'stray_whitespace': ["host gpu1: nvidia_driver_version has whitespace around it (got '550.127.05 ')"],
     'bad_node_labels': [
         "group k8s_worker: k8s_worker_node_labels: team='ai platform' is not a label value (at most 63 of "

@@ -26,6 +26,11 @@ description:
     one C(group NAME:) line.
   - Types are strict, unlike role argument validation, which converts. A YAML C(12.4) is a
     float, not the version string C("12.4").
+  - Besides per-variable rules it refuses whole classes of mistakes generically - a negative
+    number anywhere in a value (O(numbers)), a relative C(type=path) or an empty C(required) role
+    argument (from each role's argument spec, nested options included), a rule for every variable
+    whose name matches (O(name_rules), such as every C(*_port)), inconsistent variables
+    (O(relations)) and a host in a group no play runs on (with a "did you mean").
 options:
   required_groups:
     description: Groups that must exist and have at least one host.
@@ -60,14 +65,33 @@ options:
         mandatory there.
       - C(type) is one of C(str), C(int), C(float), C(bool), C(list), C(dict); C(elements)
         types list items.
-      - C(choices), C(min), C(max), C(pattern) (a Python regular expression, searched),
-        C(format) and C(version_min) (a dotted version the value must be at least) constrain
-        the value.
-      - C(format) is C(ip), C(cidr), C(abspath), C(hostname_or_ip), C(k8s_node_name) (a
-        DNS-1123 subdomain, as kubeadm registers the Node), C(k8s_labels) (a dict of
-        Kubernetes label keys and string values), C(secret) (refuses placeholders such as
-        C(change-me); the value is never shown in a message) or C(gpu_queue_teams) (the team
-        queue model of role gpu_queues, checked by P(ai_platform.l1.gpu_queue_model_errors#filter)).
+      - C(choices), C(min), C(max) (numbers, and numeric strings), C(pattern) (a Python regular
+        expression, searched), C(format) and C(version_min) (a dotted version the value must be at
+        least) constrain the value.
+      - C(format) is C(ip), C(host_ip) (an address a host can have, not the unspecified, a
+        loopback, multicast, link-local, reserved or broadcast address), C(cidr), C(abspath)
+        (absolute and normalised), C(mount_path) (an absolute mount point that is not a system
+        directory such as C(/) or C(/var)), C(device_path) (an absolute device path),
+        C(stable_device_path) (also not a kernel name such as C(/dev/sdb), which can name another
+        disk after a reboot), C(hostname_or_ip) (an IP address no host can have is refused),
+        C(ifname) (a Linux interface name, at most 15 characters, no C(/), C(:) or whitespace),
+        C(uuid) (lowercase), C(k8s_name) (a DNS-1123 label, as a namespace), C(k8s_subdomain) (a
+        DNS-1123 subdomain, as most object names), C(k8s_node_name) (a DNS-1123 subdomain, as
+        kubeadm registers the Node), C(k8s_quantity) (C(2), C(500m), C(34Gi); no sign),
+        C(k8s_labels) (a dict of Kubernetes label keys and string values), C(secret) (refuses
+        placeholders such as C(change-me); the value is never shown in a message) or
+        C(gpu_queue_teams) (the team queue model of role gpu_queues, checked by
+        P(ai_platform.l1.gpu_queue_model_errors#filter)).
+      - C(allow_empty) accepts an empty string, list or dict whatever the other rules say.
+        C(min_items) is the least number of entries of a list or dict; C(counts) the allowed
+        numbers of entries (V([1, 3, 5, 7]) for a quorum's members); C(unique_items) refuses a
+        list item given twice.
+      - C(hosts_in) is a group (or C(a:b)) whose hosts a value, or each item of a list, must name
+        (with a "did you mean" for an unknown name); C(within) names a variable of the same host
+        holding a CIDR that an address must lie in without being its network or broadcast address.
+      - C(each) is a rule for every item of a list (or value of a dict) and C(fields) maps a dict's
+        keys to rules (C(required) there requires the key); they nest, and messages name the path,
+        C(ceph_osd_devices[0].path).
       - C(distinct_from) lists variables no host may have the value in, for example a VIP that
         must not be any node's C(ansible_host).
       - A one-line string with whitespace around it is refused, here and in role variables.
@@ -106,6 +130,8 @@ options:
       - C(day2) true marks a role a day-2 playbook runs (not the rollout); its options are known
         (an inventory may set them) and checked for typos and C(set_by_playbook) only.
       - A role without C(meta/argument_specs.yml) is an error.
+      - Beyond types, the spec's C(required) options must not be empty and its C(type=path)
+        options (and C(elements=path) items) must be absolute, nested options included.
     type: dict
     default: {}
   roles_path:
@@ -122,6 +148,50 @@ options:
         the plays do not read, and is reported.
     type: dict
     default: {}
+  name_rules:
+    description:
+      - A Python regular expression (searched in a variable's name) to a rule, with the keys of
+        O(variables) about one value. Every variable something reads (a role argument or a
+        variable of O(variables)) whose name matches gets the rule on every host that defines it,
+        for example C(_port$) with C(min) 1 and C(max) 65535; its own rule in O(variables) wins key by key.
+      - A name rule does not make a variable read.
+    type: dict
+    default: {}
+  numbers:
+    description:
+      - C(min) bounds every number anywhere in every value something reads, nested in lists and
+        dicts (a team's capability in C(gpu_queues_teams), a pool's C(pg_num)); a numeric string
+        with a sign (C("-8"), C("-4Gi")) counts. The message names the path of the number.
+      - C(except) lists variables not walked, such as settings handed to another program as they
+        are, where C(-1) can mean unlimited (sysctls, kubelet or Helm values).
+    type: dict
+    default: {}
+  relations:
+    description:
+      - Rules between a host's variables, each a dict with C(hosts) (default C(all)), C(when)
+        (a dict of variable to value; the rule applies where every one has it), C(why) (appended
+        to the message) and either C(that) or C(requires).
+      - C(that) is V([A, OP, B]) with OP one of C(==), C(!=), C(<=), C(<), C(>=), C(>); A and B
+        are integers or variable names, optionally with an attribute - C(NAME.branch) (the first
+        component of a dotted version), C(NAME.prefixlen) (of a CIDR), C(NAME.dscp) (a ToS byte
+        shifted right by 2) or C(NAME.length).
+      - C(requires) names a variable (or a list) that must be set and not empty.
+      - A variable the inventory does not set is taken from the argument spec default of a role
+        the host runs; a relation with a value known neither way is not checked.
+    type: list
+    elements: dict
+    default: []
+  known_groups:
+    description:
+      - Groups a play runs on beyond those the other options name (the groups of O(required_groups),
+        O(group_sizes), O(exclusive_groups), O(member_of), O(role_argument_specs), O(variables) and
+        O(relations) are known).
+      - A host in any other group (a misspelt C(gpu_nvida)) is refused with the closest known
+        group, as is a host in no group, and C(group_vars) or C(host_vars) beside the inventory
+        for a group or host the inventory does not have.
+    type: list
+    elements: str
+    default: []
 extends_documentation_fragment:
   - action_common_attributes
   - action_common_attributes.conn
