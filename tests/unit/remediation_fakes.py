@@ -41,6 +41,8 @@ class FakeNodes:
                       for i, n in enumerate(names)}
         self.calls = 0
         self.cordons = []
+        self.annotations: dict[str, dict[str, str]] = {}  # node -> annotations the fakes set
+        self.releases: list[str] = []
         self.fail_cordon = False
         self.down = False
         self.pods: dict[str, list[str]] = {}  # node -> Pods a drain still has to evict
@@ -64,7 +66,16 @@ class FakeNodes:
         if self.fail_cordon:
             raise RuntimeError("API down")
         self.items[name].unschedulable = True
+        self.annotations.setdefault(name, {})[annotation] = reason
         self.cordons.append((name, annotation, reason))
+
+    def release_cordon(self, name, annotation, reason):
+        if not self.items[name].unschedulable or self.annotations.get(name, {}).get(annotation) != reason:
+            return False
+        self.items[name].unschedulable = False
+        del self.annotations[name][annotation]
+        self.releases.append(name)
+        return True
 
     def isolate(self, name, taint="ai-platform.io/fault"):
         self.items[name].unschedulable = True

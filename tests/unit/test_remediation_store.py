@@ -524,3 +524,55 @@ def test_a_run_the_guard_canceled_has_no_outcome(tmp_path):
     (art / "status").write_text("canceled\n")
     (art / "rc").write_text("-15\n")
     assert ex.result({"id": 5, "pid": None}) is None
+
+
+def _run_failing(tmp_path, nodes, on_start):
+    svc = make(tmp_path, nodes=nodes)
+    svc.executor.on_start = on_start
+    svc.start()
+    try:
+        [d] = svc.handle_payload(payload(alert()))
+        return svc, wait_state(svc.store, d["job_id"], ("done", "failed"))
+    finally:
+        svc.stop()
+
+
+def test_a_run_that_failed_before_its_first_step_leaves_the_node_schedulable(tmp_path):
+    """The validation play refused the run: the receiver's own cordon is undone, and audited."""
+    nodes = FakeNodes()
+    svc, job = _run_failing(tmp_path, nodes, lambda job, spec, ex: ex.results.__setitem__(
+        job["id"], {"ident": "r", "status": "failed", "rc": 2}))
+    assert job["state"] == "failed"
+    assert nodes.releases == ["gpu1"] and not nodes.items["gpu1"].unschedulable
+    assert [e["decision"] for e in svc.store.audit_entries("job.precordon")] == ["cordoned", "released"]
+
+
+def test_a_run_that_failed_after_the_playbook_cordoned_keeps_the_node_cordoned(tmp_path):
+    """The playbook's own cordon replaced the reason (a drain that timed out, say): it stays."""
+    nodes = FakeNodes()
+
+    def playbook_cordons_then_fails(job, spec, ex):
+        nodes.annotations["gpu1"]["ai-platform.io/cordon-reason"] = "fault isolation: xid-79: GPUXidError"
+        ex.results[job["id"]] = {"ident": "r", "status": "failed", "rc": 2}
+
+    _svc, job = _run_failing(tmp_path, nodes, playbook_cordons_then_fails)
+    assert job["state"] == "failed" and nodes.releases == [] and nodes.items["gpu1"].unschedulable
+
+
+def test_a_node_cordoned_before_the_alert_is_not_precordoned_nor_released(tmp_path):
+    """An operator's cordon (and its reason) is never the receiver's to undo."""
+    nodes = FakeNodes()
+    nodes.items["gpu1"].unschedulable = True
+    nodes.annotations["gpu1"] = {"ai-platform.io/cordon-reason": "maintenance by ops"}
+    svc = make(tmp_path, nodes=nodes, ceiling={"max_fraction": 1.0, "pool_label": "accelerator"})
+    svc.executor.on_start = lambda job, spec, ex: ex.results.__setitem__(
+        job["id"], {"ident": "r", "status": "failed", "rc": 2})
+    svc.start()
+    try:
+        [d] = svc.handle_payload(payload(alert()))
+        wait_state(svc.store, d["job_id"], ("failed",))
+    finally:
+        svc.stop()
+    assert nodes.cordons == [] and nodes.releases == [] and nodes.items["gpu1"].unschedulable
+    assert nodes.annotations["gpu1"] == {"ai-platform.io/cordon-reason": "maintenance by ops"}
+    assert [e["decision"] for e in svc.store.audit_entries("job.precordon")] == ["skipped"]

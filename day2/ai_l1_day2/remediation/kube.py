@@ -180,6 +180,22 @@ class KubeNodes:
         except Exception as exc:
             raise KubeError(f"cordoning Node {name} failed: {exc}") from exc
 
+    def release_cordon(self, name: str, annotation: str, reason: str) -> bool:
+        """Undo a cordon this receiver made, only while it is still exactly that cordon: the Node
+        unschedulable with `reason` in `annotation` (nobody, the playbook included, has cordoned it
+        since). The patch carries the resourceVersion it checked. True when it was undone."""
+        try:
+            node = self._api.read_node(name, _request_timeout=10)
+            meta = node.metadata
+            if not node.spec.unschedulable or (meta.annotations or {}).get(annotation) != reason:
+                return False
+            body = {"metadata": {"resourceVersion": meta.resource_version, "annotations": {annotation: None}},
+                    "spec": {"unschedulable": False}}
+            self._api.patch_node(name, body, _request_timeout=10)
+        except Exception as exc:
+            raise KubeError(f"undoing the precordon of Node {name} failed: {exc}") from exc
+        return True
+
     def close(self, timeout: float = 5.0) -> None:
         """Stop the watcher: cut its connection (a read can block for the watch's timeout) and join."""
         self._stop.set()

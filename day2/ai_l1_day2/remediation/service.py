@@ -275,11 +275,22 @@ class Service:
         return {"operation": self.cfg.operation, "inventory": self.cfg.inventory, "limit": [job["node"]],
                 "extravars": extravars, "timeout": self.cfg.timeout_s}
 
+    @staticmethod
+    def precordon_reason(job: dict) -> str:
+        return (f"fault isolation: {job['kind']}: {job['detail']} "
+                f"(remediation job {job['id']}; isolate playbook running)")
+
     def _precordon(self, job: dict) -> None:
-        reason = (f"fault isolation: {job['kind']}: {job['detail']} "
-                  f"(remediation job {job['id']}; isolate playbook running)")
+        reason = self.precordon_reason(job)
         t0 = time.monotonic()
         try:
+            node = self.nodes.node(job["node"])
+            if node is not None and node.unschedulable:
+                # Cordoned already (by an operator, or an earlier run): its reason stays, and a
+                # failed run never undoes a cordon that is not this receiver's.
+                self.store.audit("job.precordon", decision="skipped", reason="the Node is cordoned already",
+                                 node=job["node"], job_id=job["id"])
+                return
             self.nodes.cordon(job["node"], self.cfg.cordon_annotation, reason)
         except Exception as exc:  # noqa: BLE001 (the playbook cordons too: go on, loudly)
             self.store.audit("job.precordon", decision="failed", reason=str(exc), node=job["node"], job_id=job["id"])
@@ -290,6 +301,23 @@ class Service:
         self.store.audit("job.precordon", decision="cordoned", reason=reason, node=job["node"], job_id=job["id"],
                          details={"ms": ms})
         log(LOG, logging.INFO, "node cordoned", job_id=job["id"], node=job["node"], ms=ms)
+
+    def _release_precordon(self, job: dict) -> None:
+        """After a failed run: the receiver's own cordon is undone when the run never got to its
+        first step (the playbook's cordon replaces the reason; after it, the node stays cordoned)."""
+        if not self.cfg.precordon:
+            return
+        try:
+            released = self.nodes.release_cordon(job["node"], self.cfg.cordon_annotation, self.precordon_reason(job))
+        except Exception as exc:  # noqa: BLE001 (reported; the node stays cordoned, which is safe)
+            self.store.audit("job.precordon", decision="kept", reason=f"undoing it failed: {exc}", node=job["node"],
+                             job_id=job["id"])
+            return
+        if released:
+            self.store.audit("job.precordon", decision="released", node=job["node"], job_id=job["id"],
+                             reason="the run failed before its first step: the receiver's cordon is undone")
+            log(LOG, logging.WARNING, "precordon undone: the run failed before its first step", job_id=job["id"],
+                node=job["node"])
 
     def _run(self, job: dict) -> None:
         if self.cfg.precordon:
@@ -337,6 +365,8 @@ class Service:
                 message += f": {result['message']}"
             self._durably("finish", self.store.finish_job, job["id"], state, status=status, rc=result.get("rc"),
                           message=message, ident=result.get("ident"))
+            if state == "failed":
+                self._release_precordon(job)
             log(LOG, logging.INFO if state == "done" else logging.ERROR, "job " + state, job_id=job["id"],
                 node=job["node"], status=status, rc=result.get("rc"), ident=result.get("ident"))
             return
