@@ -127,3 +127,12 @@ def test_http_bearer_and_hmac_accepted(server):
     code, answer = post(url + "/webhook", b'{"version": "3"}', {"Authorization": f"Bearer {TOKEN}"})
     assert code == 400 and "unsupported payload version" in answer["error"]
     assert svc.store.audit_entries("auth.refused") == []
+
+
+def test_a_signature_dated_ahead_does_not_stretch_the_replay_window(cfg):
+    body = b'{"version":"4"}'
+    ahead = Headers({auth.SIGNATURE_HEADER: auth.sign(HMAC_KEY.encode(), body, NOW + 290)})
+    ok, _, reason = auth.authenticate(cfg.auth, ahead, body, now=NOW)
+    assert not ok and "290s ahead (allowed 30s)" in reason
+    slightly = Headers({auth.SIGNATURE_HEADER: auth.sign(HMAC_KEY.encode(), body, NOW + 20)})
+    assert auth.authenticate(cfg.auth, slightly, body, now=NOW)[0] is True

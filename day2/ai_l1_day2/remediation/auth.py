@@ -2,8 +2,9 @@
 constant time. Nothing here logs or returns a secret or what the client sent as one.
 
 HMAC header: `X-AI-L1-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(key, "<t>." + body)>`.
-The timestamp is signed too and must be within max_skew_s of our clock, so a captured
-request cannot be replayed later (within the window, dedupe makes a replay harmless).
+The timestamp is signed too and must be at most max_skew_s old and at most FUTURE_SKEW_S ahead
+of our clock, so a captured request cannot be replayed later (within the window, dedupe makes a
+replay harmless), and a signature dated ahead does not stretch the window.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from .config import AuthConfig
 
 SIGNATURE_HEADER = "X-AI-L1-Signature"
 ASCII_INT = re.compile(r"[0-9]{1,12}")
+FUTURE_SKEW_S = 30  # a client's clock may run this much ahead; further is a signature made to last
 
 
 def sign(key: bytes, body: bytes, timestamp: int | None = None) -> str:
@@ -61,8 +63,10 @@ def _check_signature(auth: AuthConfig, signature: str, body: bytes, now: float) 
     # digits exceed int()'s limit): anything else is malformed, never an exception.
     if not ASCII_INT.fullmatch(ts) or not mac:
         return False, f"malformed {SIGNATURE_HEADER} (expected t=<unix>,v1=<hex>)"
-    if abs(now - int(ts)) > auth.max_skew_s:
+    if now - int(ts) > auth.max_skew_s:
         return False, f"signature timestamp is {int(now - int(ts))}s off (allowed {auth.max_skew_s}s)"
+    if int(ts) - now > FUTURE_SKEW_S:
+        return False, f"signature timestamp is {int(int(ts) - now)}s ahead (allowed {FUTURE_SKEW_S}s)"
     expected = hmac.new(auth.hmac_key, f"{ts}.".encode() + body, hashlib.sha256).hexdigest()
     if hmac.compare_digest(expected.encode(), mac.strip().lower().encode()):
         return True, ""
