@@ -895,3 +895,33 @@ def test_schema_mistakes_in_the_new_keys_are_reported():
         "schema: numbers has unknown key 'exept'",
         "schema: numbers.min must be a number (got 'zero')",
     ]
+
+
+def _play_groups():
+    """Every group a play of playbooks/ and playbooks/day2/ runs on (hosts: a:b, group[0])."""
+    found = set()
+    for playbook in sorted((ROOT / 'playbooks').glob('*.yml')) + sorted((ROOT / 'playbooks/day2').glob('*.yml')):
+        for play in yaml.safe_load(playbook.read_text()) or []:
+            for pattern in str(play.get('hosts', '')).split(':'):
+                group = pattern.lstrip('&!').split('[')[0]
+                if group and '{' not in group:
+                    found.add(group)
+    return found - {'all', 'localhost'}
+
+
+def test_every_group_a_play_runs_on_is_known_and_the_schema_is_well_formed():
+    schema = yaml.safe_load((ROOT / 'playbooks/vars/inventory_schema.yml').read_text())['inventory_schema']
+    assert iv.check_rules(schema['variables'], schema['name_rules'], schema['relations'], schema['numbers']) == []
+    _schema, role_specs, read = _schema_and_read()
+    known = iv.known_groups(required_groups=schema['required_groups'], group_sizes=schema['group_sizes'],
+                            exclusive_groups=schema['exclusive_groups'], member_of=schema['member_of'],
+                            role_specs=role_specs, rules=schema['variables'], relations=schema['relations'],
+                            extra=schema['known_groups'])
+    assert {'gpu_nvidia', 'npu_ascend', 'storage', 'monitoring', 'remediation_receiver'} <= _play_groups() <= known
+    # What the relations and the numbers' exceptions name is read: a renamed variable fails here.
+    for relation in schema['relations']:
+        names = [str(o).partition('.')[0] for o in relation.get('that', [])[::2] if not isinstance(o, int)]
+        required = relation.get('requires', [])
+        names += [*relation.get('when', {}), *(required if isinstance(required, list) else [required])]
+        assert set(names) <= read, relation
+    assert set(schema['numbers']['except']) <= read

@@ -21,7 +21,7 @@ BAD = ROOT / 'tests/inventories/bad'
 VALIDATION_PLAY = 'Validate the inventory'
 VALIDATION_TASK = 'Check groups, per-host values and role arguments'
 CANN = r'^(\d+\.\d+\.(RC\d+|\d+)(\.\d+)?)?$'
-DRIVER = r'^\d{3}\.\d{2,3}(\.\d{2,3})?$'
+DRIVER = r'^\d{3}\.\d{2,3}(\.\d{2})?$'
 # The sample inventory ships a placeholder VRRP password the validation refuses: runs that
 # use the sample for something else give a real-looking one.
 SAMPLE_SECRET = ('-e', 'k8s_control_plane_vrrp_password=9fQ2vR7x',
@@ -116,6 +116,121 @@ CASES = {
         'group k8s_control_plane: must have 1, 3, 5 or 7 hosts (has 4: cp1, cp2, cp3, cp4)',
         "group all: k8s_service_cidr must be a CIDR with a prefix length such as 10.244.0.0/16 (got '10.96.0.0')",
         'host gpu1: nvidia_driver_version must be a string (got int 550; quote it in YAML)',
+    ],
+    # Classes of mistakes, each refused by a rule of its class (playbooks/vars/inventory_schema.yml:
+    # numbers, name_rules, relations, the roles' argument specs, variables' formats, known groups).
+    'negative_quantities': [
+        'group all: gpu_queues_teams[0].capability[nvidia.com/gpu] must be >= 0 (got -8)',
+        'host gpu1: rdma_network_persist_wait must be >= 0 (got -5)',
+        'host gpu1: nvidia_mig_configs[mig-configs][all-1g.10gb][0][mig-devices][1g.10gb] must be >= 0 (got -7)',
+        'host gpu1: common_hugepages_2m must be >= 0 (got -512)',
+    ],
+    'out_of_range_by_name': [
+        'host gpu1: dcgm_exporter_port must be <= 65535 (got 94000)',
+        'group k8s_control_plane: k8s_control_plane_vip_port must be >= 1 (got 0)',
+        'host gpu1: nvidia_driver_reboot_timeout must be >= 1 (got 0)',
+        'group all: remediation_receiver_workers must be >= 1 (got 0)',
+    ],
+    'version_not_in_branch': [
+        "group gpu_nvidia: the branch (535) of nvidia_driver_version '535.104.05' must equal "
+        "nvidia_driver_branch '550' (the role's default): the role installs the version from the branch's "
+        'packages and refuses one of another branch',
+    ],
+    'minimum_above_maximum': [
+        'host stor1: ceph_pool_min_size 3 must be at most ceph_pool_size 2: a pool needs min_size of its size '
+        'replicas to serve I/O',
+        "group k8s_control_plane: the prefix length (25) of k8s_pod_cidr '10.244.0.0/25' must be at most "
+        "k8s_control_plane_node_cidr_mask_size 24 (the role's default): each node's pod range is cut from "
+        'k8s_pod_cidr',
+    ],
+    'implied_settings': [
+        "host gpu1: nvidia_driver_runfile_sha256 must be set when nvidia_driver_source is 'runfile': the "
+        'installer is verified before it runs',
+        'host gpu1: the DSCP (ToS >> 2) (24) of rdma_network_roce_tos 96 must equal rdma_network_dscp 26 (the '
+        "role's default): the RoCE traffic class carries the DSCP in its upper 6 bits, or RoCE lands off the "
+        'lossless priority',
+        'group k8s_control_plane: gpu_queues_teams must be set when gpu_queues_enabled is true',
+        'groups k8s_control_plane, remediation_receiver: remediation_receiver_host_path_node must be set when '
+        "remediation_receiver_enabled is true and remediation_receiver_mode is 'kubernetes' and "
+        "remediation_receiver_storage is 'hostPath': the receiver's Pod is pinned to the Node that keeps its "
+        'store',
+    ],
+    'quorum_sizes': [
+        'group k8s_control_plane: must have 1, 3, 5 or 7 hosts (has 9: cp1, cp2, cp3, cp4, cp5, cp6, cp7, cp8, '
+        'cp9)',
+        'group k8s_control_plane: k8s_control_plane_etcd_external.endpoints must have 1, 3, 5 or 7 entries '
+        '(has 4: https://192.0.2.51:2379, https://192.0.2.52:2379, https://192.0.2.53:2379, '
+        'https://192.0.2.54:2379)',
+        'group storage: ceph_mon_hosts must have 1, 3, 5 or 7 entries (has 2: stor1, stor2)',
+    ],
+    'unknown_host_references': [
+        'group storage: ceph_mon_hosts names stor-3, which is not a host of group storage (did you mean stor3?)',
+        'group storage: ceph_rgw_hosts names cp1, which is not in group storage',
+        'groups k8s_control_plane, remediation_receiver: remediation_receiver_host_path_node names cp4, which '
+        'is not a host of groups k8s_control_plane, k8s_worker (did you mean cp3?)',
+        'group k8s_control_plane: gpu_queues_system_node_selector[kubernetes.io/hostname] names npu2, which is '
+        'not a host of groups k8s_control_plane, k8s_worker (did you mean npu1?)',
+        'group all: day2_api_host names cp-1, which is not a host of the inventory (did you mean cp1?)',
+    ],
+    'bad_identifiers': [
+        'host stor1: ceph_fsid must be a lowercase UUID such as 0c5c1d2e-7f3a-4b8e-9d61-2a4f6b8c0e13 (got '
+        "'0C5C1D2E-7F3A-4B8E-9D61-2A4F6B8C0E13')",
+        'group k8s_control_plane: k8s_control_plane_vip_interface must be a network interface name (1 to 15 '
+        "characters, no '/', ':' or whitespace) (got 'bond0 mgmt')",
+        "host gpu1: rdma_network_interfaces lists 'ens1f0' more than once",
+        "host gpu1: rdma_network_interfaces[1] must be a network interface name (1 to 15 characters, no '/', "
+        "':' or whitespace) (got '1/1')",
+        "host gpu1: rdma_network_interfaces[2] must be a network interface name (1 to 15 characters, no '/', "
+        "':' or whitespace) (got 'enp65s0f0np0rdma0')",
+    ],
+    'bad_k8s_names': [
+        "group all: k8s_device_plugins_node_selector: key 'accelerator type' is not a label key ([DNS "
+        'prefix/]name, name at most 63 characters)',
+        'group all: remediation_receiver_namespace must be a Kubernetes name (DNS-1123 label: at most 63 of '
+        "a-z 0-9 -, alphanumeric at both ends) (got 'AI_Remediation')",
+        'group all: remediation_receiver_storage_class must be a Kubernetes object name (DNS-1123 subdomain: '
+        "lowercase letters, digits, - and ., at most 253 characters) (got 'fast_ssd')",
+    ],
+    'bad_device_paths': [
+        'host gpu1: common_nvme_cache.device must be an absolute device path such as /dev/disk/by-id/nvme-... '
+        "(got 'nvme1n1')",
+        'host stor1: ceph_osd_devices[1].path must be a stable device path (/dev/disk/by-id/..., by-path or '
+        "by-uuid): a kernel name such as /dev/sdb can name another disk after a reboot (got '/dev/sdb')",
+        'host stor1: ceph_osd_devices[2].path must be an absolute device path such as /dev/disk/by-id/nvme-... '
+        "(got 'dev/disk/by-id/ata-ST16000NM001G-2KK103_ZL2000A1')",
+        'host stor1: ceph_osd_devices[3].path must be an absolute device path such as /dev/disk/by-id/nvme-... '
+        "(got '/dev/disk/by-id')",
+    ],
+    'bad_mount_paths': [
+        "host gpu1: common_nvme_cache.path must be a mount point of its own, not a system directory (got '/')",
+        "group all: k8s_storage_juicefs_cache_dir must be an absolute path (got 'mnt/nvme/juicefs-cache')",
+        'group all: node_labels_kubeconfig must be an absolute path without //, /./, /../ or a trailing / '
+        "(/etc/kubernetes/admin.conf) (got '/etc/kubernetes/../kubernetes/admin.conf')",
+        "host gpu1: role rdma_network: rdma_network_sysfs_root must be an absolute path (got 'sys')",
+    ],
+    'unusable_addresses': [
+        "host npu1: ansible_host must be a host address, not the unspecified address (got '0.0.0.0')",
+        "host gpu1: k8s_node_address must be a host address, not a multicast address (got '224.0.0.21')",
+        'groups k8s_control_plane, k8s_worker: k8s_control_plane_vip must be a host address, not a loopback '
+        "address (got '127.0.0.10')",
+        "host stor1: ceph_address must be a host address, not the broadcast address (got '255.255.255.255')",
+    ],
+    'address_outside_subnet': [
+        "host npu1: ansible_host '198.51.100.31' is outside lab_subnet '192.0.2.0/24'",
+        "host gpu1: k8s_node_address '192.0.2.0' is the network address of lab_subnet '192.0.2.0/24'",
+        "groups k8s_control_plane, k8s_worker: k8s_control_plane_vip '192.0.2.255' is the broadcast address of "
+        "lab_subnet '192.0.2.0/24'",
+        "host stor1: ceph_address '198.51.100.141' is outside ceph_public_network '198.51.100.0/25'",
+    ],
+    'empty_required_lists': [
+        'groups k8s_control_plane, k8s_worker, storage: role common: common_chrony_servers must not be empty',
+        'host gpu1: role rdma_network: rdma_network_interfaces must not be empty',
+    ],
+    'misspelt_group': [
+        'group gpu_nvida: host gpu2 is in a group no play runs on (did you mean gpu_nvidia?)',
+        'host gpu3: is in no group, so no play runs on it',
+        'group gpu_nvdia: group_vars/gpu_nvdia sets variables for a group the inventory does not have, so no '
+        'host gets them (did you mean gpu_nvidia?)',
     ],
 }
 
