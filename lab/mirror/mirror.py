@@ -122,7 +122,9 @@ class Service:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except (OSError, ValueError):
             return None
-        return pid if [c.decode() for c in cmdline if c] == self.argv else None
+        # Compared without the interpreter: another checkout's .venv serves the same cache
+        # directories with the same arguments, and is as much ours.
+        return pid if [c.decode() for c in cmdline if c][1:] == self.argv[1:] else None
 
     def healthy(self) -> bool:
         try:

@@ -6,8 +6,10 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import socket
+import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -237,3 +239,26 @@ def test_receiver_image_holds_the_isolation_run_and_nothing_of_the_lab(tmp_path)
                 or "hardware" in f or "/.complete" in f]
     assert recipe.env["AI_L1_PROJECT_DIR"] == f"{home}/project"
     assert recipe.user == f"{build.RECEIVER_UID}:{build.RECEIVER_UID}"
+
+
+def test_a_mirror_service_started_from_another_checkout_is_recognised(tmp_path):
+    """`mirror.py up` from a second clone (CI after a session, another engineer's checkout) finds
+    the running file server of the shared cache: same arguments, another checkout's interpreter.
+    Refusing it ("something else already answers") failed every run after the first."""
+    argv = ["-c", "import time; time.sleep(30)", str(tmp_path)]
+    proc = subprocess.Popen([sys.executable, *argv])
+    try:
+        service = mirror.Service("files", ["/another/checkout/.venv/bin/python", *argv], "http://127.0.0.1:9/")
+        service.pidfile = tmp_path / "files.pid"
+        service.pidfile.write_text(str(proc.pid))
+        deadline = time.monotonic() + 5
+        while service.pid() is None and time.monotonic() < deadline:  # /proc/<pid>/cmdline once exec'd
+            time.sleep(0.05)
+        assert service.pid() == proc.pid
+        other = mirror.Service("files", ["/another/checkout/.venv/bin/python", "-c", "other", str(tmp_path)],
+                               "http://127.0.0.1:9/")
+        other.pidfile = service.pidfile
+        assert other.pid() is None
+    finally:
+        proc.kill()
+        proc.wait()
