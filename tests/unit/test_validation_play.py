@@ -386,3 +386,21 @@ def test_a_day2_run_with_every_control_plane_down_ends_with_its_refusal():
     assert refusal['msg'].startswith('No control plane of cp1, cp2, cp3 answers with a readable '
                                      '/etc/kubernetes/admin.conf')
     assert [p['play']['name'] for p in report['plays']] == ['Validate the day-2 request']
+
+
+def test_a_sites_own_groups_pass_when_the_inventory_names_them(tmp_path):
+    """Racks for --limit are groups no play runs on: named in validate_site_groups they pass; a
+    misspelt play group is still refused with its "did you mean"."""
+    inventory = yaml.safe_load((BAD / 'misspelt_group/hosts.yml').read_text())
+    children = inventory['all']['children']
+    children['k8s_worker']['children']['gpu_nvidia']['hosts'].update(
+        children['k8s_worker']['children'].pop('gpu_nvida')['hosts'])
+    children['k8s_worker']['children']['gpu_nvidia']['hosts'].update(inventory['all'].pop('hosts'))
+    children['rack01'] = {'hosts': {'gpu1': None, 'gpu2': None}}
+    (tmp_path / 'hosts.yml').write_text(yaml.safe_dump(inventory))
+    proc, report = checked(run_playbook('playbooks/validate.yml', tmp_path / 'hosts.yml'))
+    assert 'group rack01' in validation_result(report).get('msg', ''), 'an undeclared site group passed'
+    inventory['all']['vars']['validate_site_groups'] = ['rack01']
+    (tmp_path / 'hosts.yml').write_text(yaml.safe_dump(inventory))
+    proc, report = checked(run_playbook('playbooks/validate.yml', tmp_path / 'hosts.yml'))
+    assert proc.returncode == 0, validation_result(report).get('msg')
