@@ -398,3 +398,32 @@ def test_the_spec_and_the_defaults_agree():
     for name in ("k8s_storage_ceph_csi_key", "k8s_storage_s3_access_key", "k8s_storage_s3_secret_key",
                  "k8s_storage_juicefs_metaurl", "k8s_storage_minio_root_password"):
         assert options[name]["no_log"] is True, name
+
+
+def test_the_quota_job_keeps_the_root_password_off_every_command_line(minio, tmp_path):
+    """The Job's script, run by a real shell with a stand-in mc that records its argv: the root
+    credentials reach mc through its configuration file, never an argument (/proc/<pid>/cmdline
+    is readable by other processes); a password with JSON and shell metacharacters survives."""
+    [job] = [o for o in minio[0]["minio"] if o["kind"] == "Job"]
+    [container] = job["spec"]["template"]["spec"]["containers"]
+    password = 'p"a\\ss$(touch pwned)`w`'
+    env_file = tmp_path / "config.env"
+    env_file.write_text(f"MINIO_ROOT_USER=root-user\nMINIO_ROOT_PASSWORD='{password}'\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "mc").write_text('#!/bin/sh\nprintf "%s\\n" "$*" >> "$MC_ARGV"\n')
+    (bin_dir / "mc").chmod(0o755)
+    script = container["args"][0].replace("/config/config.env", str(env_file))
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path / "home"), "MC_ARGV": str(tmp_path / "argv"),
+           **{e["name"]: e["value"] for e in container["env"] if e["name"] != "HOME"}}
+    proc = subprocess.run(["/bin/sh", "-ec", script], env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=30, check=False)
+    assert proc.returncode == 0, proc.stderr
+    argv = (tmp_path / "argv").read_text()
+    assert "quota tenant/model-weights --hard 100Ti" in argv.replace('"', "")
+    assert password not in argv and "root-user" not in argv
+    config = json.loads((tmp_path / "home/.mc/config.json").read_text())
+    assert config["aliases"]["tenant"] == {"url": "https://minio.storage.svc.cluster.local", "accessKey": "root-user",
+                                           "secretKey": password, "api": "s3v4", "path": "auto"}
+    assert (tmp_path / "home/.mc/config.json").stat().st_mode & 0o077 == 0
+    assert not (tmp_path / "pwned").exists()
