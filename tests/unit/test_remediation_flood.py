@@ -274,3 +274,28 @@ def test_the_audit_command_prints_every_row_as_one_json_list(tmp_path, capsys, m
     assert cli.main(["audit", "--config", str(config_file), "--event", "alert"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["reason"] for r in rows] == [f"r{i}" for i in range(2500)]
+
+
+def test_probes_that_arrive_together_share_one_check(receiver):
+    """/readyz needs no credentials: 50 probes at once cost one health check (a store write and an
+    API call), not fifty, and each still gets the answer."""
+    svc, srv = receiver
+    calls, real = [], svc.health
+
+    def slow_health():
+        calls.append(1)
+        time.sleep(0.5)
+        return real()
+
+    svc.health = slow_health
+    answers = []
+
+    def probe():
+        answers.append(status(exchange(srv, request(method="GET", path="/readyz", body=b""))))
+
+    threads = [threading.Thread(target=probe) for _ in range(50)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert answers == [200] * 50 and len(calls) <= 3, len(calls)

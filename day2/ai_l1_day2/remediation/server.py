@@ -214,6 +214,7 @@ class Server:
         # /readyz is unauthenticated: its checks run on a thread of their own, so a flood of
         # probes queues behind itself, never in front of a decision.
         self._probe_pool = ThreadPoolExecutor(1, thread_name_prefix="probe")
+        self._ready_check: asyncio.Future | None = None
 
     # -- lifecycle (socketserver's names) ------------------------------------------------
     def serve_forever(self, poll_interval: float = 0.5) -> None:  # noqa: ARG002 (socketserver's signature)
@@ -328,7 +329,12 @@ class Server:
         await self._answer(writer, code, answer)
 
     async def _ready_now(self) -> bool:
-        health = await self._loop.run_in_executor(self._probe_pool, self.service.health)
+        """Probes that arrive while a check runs share its answer: a flood of unauthenticated
+        probes costs one store write and one API call at a time, not one each."""
+        if self._ready_check is None or self._ready_check.done():
+            self._ready_check = asyncio.ensure_future(
+                self._loop.run_in_executor(self._probe_pool, self.service.health))
+        health = await asyncio.shield(self._ready_check)
         return all(v == "ok" for v in health.values())
 
     # -- what an authenticated request asks (on a worker thread) ---------------------------
