@@ -65,3 +65,15 @@ def switch_spec(request):
                          username=sw.username, password=request.module.PASSWORD,
                          ssh_host_key_fingerprints=sw.fingerprints), **kw)
     return _spec
+
+
+@pytest.fixture(autouse=True)
+def _umask_restored():
+    """A test that runs code setting the process umask (the receiver's serve() sets 027) must not
+    hand it to the next test of the same worker: restore it after each test."""
+    import os  # noqa: PLC0415
+
+    old = os.umask(0o022)
+    os.umask(old)
+    yield
+    os.umask(old)

@@ -158,3 +158,23 @@ def test_action_refuses_bad_src_entries(tmp_path, entry_args, problem):
     rc, (written, *_) = run_files_playbook(tmp_path, [dict(path=str(tmp_path / "f"), mode="0644", **entry_args)])
     assert rc == 2 and written["failed"] and problem in written["msg"], written
     assert not (tmp_path / "f").exists()
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o077])
+def test_a_replaced_file_gets_its_mode_whatever_the_umask(tmp_path, umask):
+    """file_state.replace (files, vendor_apt_repo, nccl_config, directories): Ansible's atomic_move
+    gives a file that did not exist 0666 minus the umask, so on a hardened host (umask 027) a new
+    file came out 0640 and the next run "changed" it to 0644."""
+    from ansible.module_utils.basic import AnsibleModule  # noqa: PLC0415
+    from ansible.module_utils.testing import patch_module_args  # noqa: PLC0415
+    from ansible_collections.ai_platform.l1.plugins.module_utils import file_state  # noqa: PLC0415
+
+    with patch_module_args({}):
+        module = AnsibleModule(argument_spec={})
+    path = tmp_path / "new.conf"
+    old = os.umask(umask)
+    try:
+        file_state.replace(module, str(path), b"x\n", 0o644)
+    finally:
+        os.umask(old)
+    assert mode(path) == 0o644 and path.read_bytes() == b"x\n"

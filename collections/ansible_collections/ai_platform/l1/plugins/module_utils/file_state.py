@@ -51,6 +51,10 @@ def replace(module, path, data, mode=None):
         if mode is not None:
             os.chmod(tmp, mode)
         module.atomic_move(tmp, path, unsafe_writes=False)
+        if mode is not None:
+            # atomic_move gives a file that did not exist 0666 minus the umask: on a host with
+            # umask 027 a new file came out 0640 and the next run "changed" it to `mode`.
+            os.chmod(path, mode)
     except Exception as exc:  # pylint: disable=broad-except
         if os.path.exists(tmp):
             os.unlink(tmp)
