@@ -136,3 +136,20 @@ def test_a_signature_dated_ahead_does_not_stretch_the_replay_window(cfg):
     assert not ok and "290s ahead (allowed 30s)" in reason
     slightly = Headers({auth.SIGNATURE_HEADER: auth.sign(HMAC_KEY.encode(), body, NOW + 20)})
     assert auth.authenticate(cfg.auth, slightly, body, now=NOW)[0] is True
+
+
+def test_a_v2_signature_covers_the_method_and_target(cfg):
+    sig = auth.sign(HMAC_KEY.encode(), b"", NOW, method="GET", target="/jobs")
+    assert sig.startswith(f"t={NOW},v2=")
+    headers = Headers({auth.SIGNATURE_HEADER: sig})
+    assert auth.authenticate(cfg.auth, headers, b"", now=NOW, method="GET", target="/jobs")[0] is True
+    ok, _, reason = auth.authenticate(cfg.auth, headers, b"", now=NOW, method="GET", target="/audit")
+    assert not ok and reason == "signature does not match"
+
+
+def test_a_v1_signature_of_an_empty_body_opens_no_get_endpoint(cfg):
+    """v1 signs the body only: a captured one for an empty body would have opened every GET."""
+    v1 = Headers({auth.SIGNATURE_HEADER: auth.sign(HMAC_KEY.encode(), b"", NOW)})
+    ok, _, reason = auth.authenticate(cfg.auth, v1, b"", now=NOW, method="GET", target="/audit")
+    assert not ok and "v1 signature covers the body only" in reason
+    assert auth.authenticate(cfg.auth, v1, b"", now=NOW, method="POST", target="/webhook")[0] is True

@@ -299,3 +299,15 @@ def test_probes_that_arrive_together_share_one_check(receiver):
     for t in threads:
         t.join(20)
     assert answers == [200] * 50 and len(calls) <= 3, len(calls)
+
+
+def test_a_get_needs_a_signature_of_its_own_method_and_target(receiver):
+    _svc, srv = receiver
+    key = HMAC_KEY.encode()
+
+    def get(path, signature):
+        return status(exchange(srv, request(method="GET", path=path, body=b"", headers={SIGNATURE_HEADER: signature})))
+
+    assert get("/jobs", sign(key, b"", method="GET", target="/jobs")) == 200
+    assert get("/audit", sign(key, b"", method="GET", target="/jobs")) == 401  # another target
+    assert get("/jobs", sign(key, b"")) == 401  # v1: the body only

@@ -308,7 +308,7 @@ class Server:
             await self._answer(writer, 200 if ok else 503, {"status": "ok" if ok else "unhealthy"})
             return
         # The credentials, from the head alone, before a byte of the body is read.
-        verdict, reason = precheck(self.service.cfg.auth, headers)
+        verdict, reason = precheck(self.service.cfg.auth, headers, method=method, target=target)
         if verdict == "refused":
             await self._refuse(writer, request, 401, reason, event="auth.refused", headers=CHALLENGE)
             return
@@ -321,7 +321,7 @@ class Server:
                                    f"body not received within {SOCKET_TIMEOUT_S}s")
                 return
         if verdict == "body":  # an HMAC signature: it covers the body
-            ok, _method, reason = authenticate(self.service.cfg.auth, headers, body)
+            ok, _how, reason = authenticate(self.service.cfg.auth, headers, body, method=method, target=target)
             if not ok:
                 await self._refuse(writer, request, 401, reason, event="auth.refused", headers=CHALLENGE)
                 return
