@@ -23,13 +23,15 @@ class Clock:
         return self.now
 
 
-def service(tmp_path, nodes=None, clock=None, **cfg):
+def service(tmp_path, nodes=None, clock=None, monotonic=None, **cfg):
     if nodes is not None:
         cfg.setdefault("workers", tuple(nodes.items))
     conf = make_config(tmp_path, **cfg)
     clock = clock or Clock()
     store = Store(conf.db_path, clock=clock)
-    return Service(conf, store, nodes or FakeNodes(), FakeExecutor(conf.jobs_dir), clock=clock)
+    # Time passes for both clocks alike unless a test moves the wall clock alone.
+    return Service(conf, store, nodes or FakeNodes(), FakeExecutor(conf.jobs_dir), clock=clock,
+                   monotonic=monotonic or clock)
 
 
 def decide(svc, *alerts):
@@ -235,3 +237,16 @@ def test_the_run_inventory_is_read_again_when_it_changes(tmp_path):
     inventory.write_text("all: {children: {k8s_worker: {hosts: {gpu1: {}, gpu2: {}}}}}\n")
     os.utime(inventory, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))
     assert decide(svc, alert(host="gpu2", fp="again")) == ["queued"]
+
+
+def test_a_wall_clock_set_forward_does_not_empty_the_rate_window(tmp_path):
+    wall, mono = Clock(), Clock()
+    nodes = FakeNodes(names=[f"n{i}" for i in range(10)])
+    svc = service(tmp_path, nodes=nodes, clock=wall, monotonic=mono, rate_limit={"max_runs": 2, "window_s": 60},
+                  ceiling={"max_fraction": 1.0, "pool_label": "accelerator"})
+    assert decide(svc, alert(host="n0"), alert(host="n1")) == ["queued", "queued"]
+    wall.now += 3600  # an NTP step, a hand-set clock: the window has not passed
+    assert decide(svc, alert(host="n2")) == ["refused"]
+    mono.now += 61
+    wall.now += 61
+    assert decide(svc, alert(host="n2", fp="later")) == ["queued"]

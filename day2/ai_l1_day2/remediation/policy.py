@@ -183,7 +183,11 @@ def ceiling(node: str, members: list[str], unavailable: set[str], fraction: floa
 
 
 def decide(  # noqa: PLR0911, PLR0912, PLR0915 (the documented steps, in order)
-        alert: dict, cfg: Config, *, store, db, nodes: dict[str, NodeInfo], now: float) -> Decision:
+        alert: dict, cfg: Config, *, store, db, nodes: dict[str, NodeInfo], now: float,
+        recent_runs: int = 0) -> Decision:
+    """recent_runs: the isolations this process queued within rate_limit.window_s by the monotonic
+    clock; the rate limit counts the larger of it and the store's count by the wall clock, so a
+    wall clock set forward does not empty the window."""
     labels = alert.get("labels") or {}
     name = str(labels.get("alertname", ""))
     d = Decision("ignored", "", alertname=name, fingerprint=fingerprint(alert))
@@ -240,7 +244,7 @@ def decide(  # noqa: PLR0911, PLR0912, PLR0915 (the documented steps, in order)
     if cfg.isolated_taint in nodes[node].taints:
         d.reason = f"node {node} is already isolated (taint {cfg.isolated_taint})"
         return d
-    recent = store.count_since(db, now - cfg.rate_window_s)
+    recent = max(store.count_since(db, now - cfg.rate_window_s), recent_runs)
     if recent >= cfg.rate_max_runs:
         d.decision = "refused"
         d.reason = f"rate limit: {recent} isolations within {cfg.rate_window_s:.0f}s (max {cfg.rate_max_runs})"

@@ -67,8 +67,10 @@ def validate_payload(payload) -> list[dict]:
 
 
 class Service:
-    def __init__(self, cfg: Config, store: Store, nodes, executor, clock=time.time):
+    def __init__(self, cfg: Config, store: Store, nodes, executor, clock=time.time, *,  # noqa: PLR0913
+                 monotonic=time.monotonic):
         self.cfg, self.store, self.nodes, self.executor, self.clock = cfg, store, nodes, executor, clock
+        self.monotonic = monotonic
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{int(clock())}"
         self._wake = threading.Condition()
         self._stop = threading.Event()
@@ -78,6 +80,7 @@ class Service:
         # Runs a dead receiver left alive: the workers wait for them before taking new jobs.
         self._adopted: list[dict] = []
         self._inventory_view: tuple[tuple, dict[str, frozenset[str]]] | None = None
+        self._queued_at: list[float] = []  # time.monotonic() of each isolation queued (the rate limit)
 
     # -- lifecycle -----------------------------------------------------------------------
     def acquire_state_dir(self) -> None:
@@ -193,7 +196,10 @@ class Service:
             return d.as_dict()
         now = self.clock()
         with self.store.transaction() as db:
-            d = policy.decide(alert, self.cfg, store=self.store, db=db, nodes=nodes, now=now)
+            mono = self.monotonic()
+            self._queued_at = [t for t in self._queued_at if mono - t < self.cfg.rate_window_s]
+            d = policy.decide(alert, self.cfg, store=self.store, db=db, nodes=nodes, now=now,
+                              recent_runs=len(self._queued_at))
             if d.decision in ("queued", "dry-run") and (why := self.refused_by_playbook(d.node)):
                 d.decision, d.reason = "refused", why
             if d.decision in ("queued", "dry-run"):
@@ -201,6 +207,7 @@ class Service:
                                                  fingerprint=d.fingerprint, pool=d.pool, state=d.decision)
                 if d.decision == "queued":
                     self.store.lock_node(db, d.node, d.job_id)
+                    self._queued_at.append(mono)
             self.store.audit("alert", decision=d.decision, reason=d.reason, node=d.node, job_id=d.job_id,
                              fingerprint=d.fingerprint, remote=remote,
                              details={"alertname": d.alertname, "labels": alert.get("labels"),
