@@ -5,10 +5,11 @@
 
 Each stage is a Makefile target. A step of PLAN runs its stages at once: what one stage leaves
 idle on this 2-core machine (ansible-lint is one process, sanity runs its tests one after the
-other, the image and artifact checks wait on podman and the file mirror) the other uses. The
-output of stages that run side by side goes to .cache/stages/<stage>.log and is printed whole,
-one stage after the other, when the step ends. The first step with a failed stage ends the run
-(exit 1); the table of durations is printed either way.
+other, the image and artifact checks wait on podman and the file mirror, molecule's scenarios
+wait on containers and SSH) the other uses. The output of stages that run side by side goes to
+.cache/stages/<stage>.log and is printed whole, one stage after the other, when the step ends.
+The first step with a failed stage ends the run (exit 1); the table of durations is printed
+either way.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ ROOT = Path(__file__).resolve().parents[1]
 LOGS = ROOT / ".cache" / "stages"
 PLAN: list[list[str]] = [
     ["bootstrap"],
-    ["lint", "sanity"],
-    # unit tests beside the execution environment's context and the node image and lab artifacts
-    # (molecule's and the integration tests' inputs)
-    ["unit", "ee", "lab-prerequisites"],
-    ["molecule"],
+    # the static gates beside the execution environment's context and the node image and lab
+    # artifacts (molecule's and the integration tests' inputs)
+    ["lint", "sanity", "ee", "lab-prerequisites"],
+    # the unit tests keep both cores busy while molecule's scenarios wait on containers and SSH
+    ["unit", "molecule"],
     ["integration"],
 ]
 
