@@ -23,11 +23,11 @@ ROOT = Path(__file__).resolve().parents[1]
 LOGS = ROOT / ".cache" / "stages"
 PLAN: list[list[str]] = [
     ["bootstrap"],
-    # the static gates beside the execution environment's context and the node image and lab
-    # artifacts (molecule's and the integration tests' inputs)
-    ["lint", "sanity", "ee", "lab-prerequisites"],
-    # the unit tests keep both cores busy while molecule's scenarios wait on containers and SSH
-    ["unit", "molecule"],
+    ["lint", "sanity"],
+    # The unit tests keep both cores busy while molecule (after its own prerequisites: the node
+    # image and the lab's artifacts) waits on containers and SSH. The artifacts are not built
+    # beside sanity: the receiver image hashes the collection, where sanity writes tests/output.
+    ["unit", "ee", "molecule"],
     ["integration"],
 ]
 
