@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fleet benchmark (issue 17): what the host layers of site.yml cost as the fleet grows.
+"""Fleet benchmark: what the host layers of site.yml cost as the fleet grows.
 
     python tests/bench/fleet_scale.py [--sizes 6,12,24] [--strategy linear|mitogen_linear] [--keep] [--pause-lab]
                                       [--floor]

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Time ai_platform.l1.node_metadata reconciling the labels and taints of 1,000 Nodes (issue 17).
+"""Time ai_platform.l1.node_metadata reconciling the labels and taints of 1,000 Nodes.
 
     python tests/bench/node_metadata_bench.py [--nodes 1000] [--latency-ms 5] [--parallel 1,4,8]
     python tests/bench/node_metadata_bench.py --kubeconfig ~/.kube/config [--nodes 50]

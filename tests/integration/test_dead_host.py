@@ -1,4 +1,4 @@
-"""A host that dies in the middle of site.yml (issue 17): the run goes on for the others.
+"""A host that dies in the middle of site.yml: the run goes on for the others.
 
 gpu2 is killed while site.yml runs (its container stops the moment the run reaches the
 Kubernetes layer, the layer whose pod-routes template once read a fact from every host). The run
