@@ -64,6 +64,7 @@ lint:
 	yamllint -s .
 	ruff check .
 	ansible-lint --profile production
+	cd $(COLLECTION) && antsibull-changelog lint
 
 # The AWX execution environment's build context from execution-environment.yml: the collection's
 # tarball (galaxy.yml's build_ignore applies), then `ansible-builder create` (writes files only, no

@@ -8,6 +8,7 @@ DOCUMENTATION = r'''
 name: rollout
 author: ai_platform L1 contributors (@ai-platform-l1)
 short_description: The host layers' batch settings, from the inventory's group_vars/all/rollout.yml
+version_added: "0.1.0"
 description:
   - Returns rollout settings (C(rollout_batch_size), C(rollout_max_fail_percentage)) for the
     C(serial) and C(max_fail_percentage) keywords of the host layers' plays, and for the
