@@ -41,6 +41,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 from artifacts import artifacts as manifestlib  # noqa: E402
+from lab import sources as sourcelib  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 CACHE = Path(os.environ.get("AI_L1_CACHE", "/var/cache/ai-l1"))
@@ -55,7 +56,6 @@ IMAGE_PREFIX = "localhost/ai-l1-k8s"
 NOT_BUILT = {
     # Calico's node image needs cgo/eBPF toolchains; the lab's CNI is the bridge plugin.
     "calico-": "production CNI, the lab runs k8s_cni_plugin: bridge",
-    "nvidia-device-plugin-": "refused by the Go module proxy; the lab runs the stand-in tests/hardware/device_plugin",
     "ascend-device-plugin-": "not obtainable here; the lab runs the stand-in tests/hardware/device_plugin",
     "volcano-": "refused by the Go module proxy; the lab validates the rendered objects against its CRDs only",
     "ceph-csi-": "refused by the Go module proxy; the lab validates the objects roles/k8s_storage renders",
@@ -276,6 +276,116 @@ def build_go(recipe: GoRecipe, gover: str, jobs: int) -> dict:
     (root / "timings.json").write_text(json.dumps({"go": gover, **timings}, indent=2) + "\n")
     stamp.write_text(key + "\n")
     return {"component": recipe.component, "cached": False, **timings}
+
+
+# ---------------------------------------------------------------- Go components from source archives
+
+@dataclass
+class ArchiveRecipe:
+    """A Go program built from an upstream release archive (artifacts/sources.yml) with the
+    release's own vendor/ tree, as its Makefile builds it: no module proxy involved."""
+    component: str
+    source: str  # name in artifacts/sources.yml
+    # binary name -> package, relative to the archive's top folder (./cmd/...)
+    binaries: dict[str, str]
+    ldflags: list[str] = field(default_factory=list)
+    cgo: bool = False
+
+    def key(self, gover: str, source: sourcelib.Source) -> str:
+        return digest({"recipe": asdict(self), "sha256": source.sha256, "go": gover, "rev": RECIPE_REVISION})
+
+
+def archive_root(recipe: ArchiveRecipe, source: sourcelib.Source) -> Path:
+    return K8S_CACHE / recipe.component / source.version
+
+
+def extract_release(archive: Path, dest: Path) -> None:
+    """The archive's one top folder becomes dest (its members checked by tarfile's data filter)."""
+    shutil.rmtree(dest, ignore_errors=True)
+    unpack = dest.with_name(dest.name + ".unpack")
+    shutil.rmtree(unpack, ignore_errors=True)
+    unpack.mkdir(parents=True)
+    with tarfile.open(archive) as tf:
+        tf.extractall(unpack, filter="data")
+    tops = list(unpack.iterdir())
+    if len(tops) != 1 or not tops[0].is_dir():
+        raise BuildError(f"{archive}: expected one top folder, found {sorted(p.name for p in tops)}")
+    tops[0].rename(dest)
+    unpack.rmdir()
+
+
+def build_archive_go(recipe: ArchiveRecipe, gover: str, jobs: int) -> dict:
+    try:
+        source, archive = sourcelib.cached(recipe.source)
+    except sourcelib.SourceError as exc:
+        raise BuildError(str(exc)) from exc
+    root = archive_root(recipe, source)
+    key = recipe.key(gover, source)
+    bindir, stamp = root / "bin", root / "recipe.sha256"
+    if stamp.exists() and stamp.read_text().strip() == key and all((bindir / n).exists() for n in recipe.binaries):
+        return {"component": recipe.component, "cached": True}
+    root.mkdir(parents=True, exist_ok=True)
+    logfile = root / "build.log"
+    logfile.write_text("")
+    t0 = time.monotonic()
+    src = root / "src"
+    extract_release(archive, src)
+    env = go_env()
+    # The release's vendor/ tree only: a build that would need the network fails instead.
+    env.update({"GOPROXY": "off", "GOFLAGS": env["GOFLAGS"] + " -mod=vendor",
+                "CGO_ENABLED": "1" if recipe.cgo else "0"})
+    ldflags = " ".join(["-s", "-w", *[f.format(version=source.version, commit=source.commit) for f in recipe.ldflags]])
+    staging = root / "bin.new"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    timings = {"extract_s": round(time.monotonic() - t0, 1)}
+    for name, pkg in recipe.binaries.items():
+        t1 = time.monotonic()
+        log(f"{recipe.component} {source.version}: go build {name} (from {archive.name})")
+        run(["nice", "-n", "15", "go", "build", "-p", str(jobs), "-o", str(staging / name), "-ldflags", ldflags, pkg],
+            cwd=src, env=env, logfile=logfile)
+        timings[name] = round(time.monotonic() - t1, 1)
+        log(f"{recipe.component}: {name} built in {timings[name]}s")
+    shutil.rmtree(bindir, ignore_errors=True)
+    staging.rename(bindir)
+    shutil.rmtree(src, ignore_errors=True)  # the archive stays in the source cache
+    timings["total_s"] = round(time.monotonic() - t0, 1)
+    (root / "timings.json").write_text(json.dumps({"go": gover, **timings}, indent=2) + "\n")
+    stamp.write_text(key + "\n")
+    return {"component": recipe.component, "cached": False, **timings}
+
+
+# NVIDIA's device plugin (roles/k8s_device_plugins): cmd/nvidia-device-plugin as its Makefile builds
+# it (cgo: go-nvml loads libnvidia-ml.so.1 at run time through dlopen; the linker flags leave NVML's
+# symbols to that library), imaged as upstream's Dockerfile does: /usr/bin/nvidia-device-plugin, the
+# entrypoint, the NVIDIA_* environment. Debian base: the binary needs glibc.
+DEVICE_PLUGIN_INFO = "github.com/NVIDIA/k8s-device-plugin/internal/info"
+
+
+def archive_bins(recipes: list[ArchiveRecipe]) -> dict[str, Path]:
+    listed = sourcelib.load()
+    return {n: archive_root(r, listed[r.source]) / "bin" / n for r in recipes for n in r.binaries}
+
+
+def device_plugin_recipes() -> list[ArchiveRecipe]:
+    return [ArchiveRecipe("nvidia-device-plugin", "k8s-device-plugin",
+                          {"nvidia-device-plugin": "./cmd/nvidia-device-plugin"},
+                          ["'-extldflags=-Wl,--export-dynamic -Wl,--unresolved-symbols=ignore-in-object-files'",
+                           f"-X {DEVICE_PLUGIN_INFO}.gitCommit={{commit}}",
+                           f"-X {DEVICE_PLUGIN_INFO}.version={{version}}"],
+                          cgo=True)]
+
+
+def device_plugin_image_recipes(manifest: manifestlib.Manifest, bins: dict[str, Path], base: str) -> list[ImageRecipe]:
+    version = manifest.get("nvidia-device-plugin-image").version
+    source = sourcelib.load()["k8s-device-plugin"]
+    if source.version != version:
+        raise BuildError(f"nvidia-device-plugin-image is {version} in artifacts/manifest.yml, the source archive "
+                         f"in artifacts/sources.yml is {source.version}: pin one release")
+    return [ImageRecipe("nvidia-device-plugin-image", "k8s-device-plugin", version,
+                        {"/usr/bin/nvidia-device-plugin": bins["nvidia-device-plugin"]}, ["nvidia-device-plugin"],
+                        base=base, env={"NVIDIA_DISABLE_REQUIRE": "true", "NVIDIA_VISIBLE_DEVICES": "all",
+                                        "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"})]
 
 
 # ---------------------------------------------------------------- recipes from the manifest
@@ -905,11 +1015,11 @@ def check_tools() -> None:
             log(f"warning: Go module proxy {GOPROXY} unreachable ({exc}); only cached modules can build")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 (the build's steps, in order)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", action="append",
                         choices=["kubernetes", "etcd", "coredns", "cni-plugins", *MONITORING_COMPONENTS, "kueue",
-                                 "stargz-snapshotter",
+                                 "stargz-snapshotter", "nvidia-device-plugin",
                                  *BENCH_COMPONENTS],
                         help="build only these Go components (no images, no record); the benchmark tools "
                              f"({', '.join(BENCH_COMPONENTS)}) are built this way only")
@@ -926,11 +1036,14 @@ def main(argv: list[str] | None = None) -> int:
             recipes = {r.component: r for r in [*go_recipes(v), *monitoring_recipes(manifest),
                                                  *queue_recipes(manifest), *storage_recipes(manifest),
                                                  *(bench_go_recipes() if args.only else [])]}
+            archive_recipes = device_plugin_recipes()
             results = []
             for name, recipe in recipes.items():
                 if args.only and name not in args.only:
                     continue
                 results.append(build_go(recipe, gover, args.jobs))
+            results += [build_archive_go(r, gover, args.jobs) for r in archive_recipes
+                        if not args.only or r.component in args.only]
             if args.only:
                 log(json.dumps(results))
                 return 0
@@ -938,6 +1051,7 @@ def main(argv: list[str] | None = None) -> int:
             results.append(build_pause(v, k8s_src))
             bins = {n: r.root / "bin" / n for r in recipes.values() for n in r.binaries}
             bins["pause"] = K8S_CACHE / "pause" / v["pause"] / "bin" / "pause"
+            bins.update(archive_bins(archive_recipes))
             archives = build_archives(v, recipes)
             base = ensure_kube_proxy_base()
             images = [(r, build_image(r)) for r in image_recipes(v, bins, base)]
@@ -946,6 +1060,7 @@ def main(argv: list[str] | None = None) -> int:
             images += lab_images
             images += [*((r, build_image(r)) for r in monitoring_image_recipes(manifest, bins, base)),
                        *((r, build_image(r)) for r in queue_image_recipes(manifest, bins)),
+                       *((r, build_image(r)) for r in device_plugin_image_recipes(manifest, bins, base)),
                        build_receiver(manifest), build_gpuquota_controller(manifest)]
             record = {"arch": ARCH, "versions": v, "artifacts": {},
                       # Lab tooling run by lab/mirror/mirror.py (the eStargz converter).
@@ -977,7 +1092,7 @@ def main(argv: list[str] | None = None) -> int:
             text = json.dumps(record, indent=2, sort_keys=True) + "\n"
             if not BUILD_RECORD.exists() or BUILD_RECORD.read_text() != text:
                 BUILD_RECORD.write_text(text)
-    except (BuildError, manifestlib.ManifestError) as exc:
+    except (BuildError, manifestlib.ManifestError, sourcelib.SourceError) as exc:
         log(f"FAILED: {exc}")
         return 1
     built = [r for r in results if not r.get("cached")] + [r for _, r in images if not r.get("cached")]
