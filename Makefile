@@ -26,12 +26,15 @@ lab: bootstrap lab-supplies lab-artifacts
 lab-supplies: bootstrap
 	@:
 
-# The air-gapped supply chain: Kubernetes, etcd, CoreDNS, CNI built from Go modules (cached
+# The air-gapped supply chain: the upstream source archives of artifacts/sources.yml copied into
+# the source cache, checked (lab/sources.py; from ../shared/src or $AI_L1_SOURCE_DIRS); Kubernetes,
+# etcd, CoreDNS, CNI built from Go modules and NVIDIA's device plugin from its archive (cached
 # under /var/cache/ai-l1; about 25 min cold, seconds warm), the NVIDIA vendor APT repositories
 # (lab/packages/nvidia, about 3 s cold, 1 s warm), the Ascend .run installers (lab/packages/ascend,
 # under 1 s), then served by the local file mirror and
 # registry the lab nodes use.
 lab-artifacts: bootstrap
+	python lab/sources.py fill
 	python lab/charts/build.py
 	bash lab/k8s/build.sh
 	python lab/packages/nvidia/build.py
