@@ -41,6 +41,11 @@ RESOURCES_CONFIG = {
     },
 }
 WORKLOAD_IMAGE = "10.89.100.1:5000/ai-l1-lab/workload:v0.1.0"
+# NVIDIA's plugin advertises MIG devices (strategy mixed) only with the driver's MIG capability
+# files (/proc/driver/nvidia/capabilities, /proc/driver/nvidia-caps), which a lab node's /proc
+# cannot hold: for the mixed strategy the lab runs its stand-in (tests/hardware/device_plugin) in
+# the plugin's image slot. The layout changes and the drain around them are the role's, either way.
+MIXED_STRATEGY_IMAGE = "10.89.100.1:5000/ai-l1-lab/nvidia-device-plugin-standin:v0.1.0"
 ORDER = ["MIG cordon (1/5)", "MIG drain (2/5)", "MIG apply |", "MIG verify |", "MIG uncordon (5/5)"]
 
 
@@ -237,8 +242,9 @@ def wait_advertised(want: dict[str, int], timeout: float = 120) -> None:
 
 
 def set_strategy(strategy: str) -> None:
+    image = ["-e", f"k8s_device_plugins_nvidia_image={MIXED_STRATEGY_IMAGE}"] if strategy == "mixed" else []
     proc = sh("ansible-playbook", "-i", LAB_INVENTORY, REPO / "playbooks/device_plugins.yml",
-              "-e", f"k8s_device_plugins_mig_strategy={strategy}", timeout=600)
+              "-e", f"k8s_device_plugins_mig_strategy={strategy}", *image, timeout=600)
     assert proc.returncode == 0, tail(proc)
 
 

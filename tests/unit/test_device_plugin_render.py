@@ -49,13 +49,13 @@ def render(tmp_path: Path, **extra) -> tuple[dict, dict]:
 
 def test_defaults_and_the_manifest_image_by_digest(tmp_path):
     ds, config = render(tmp_path, k8s_device_plugins_artifacts={
-        "nvidia-device-plugin-image": {"image": "mirror:5000/nvidia/k8s-device-plugin:v0.17.1", "sha256": DIGEST}})
+        "nvidia-device-plugin-image": {"image": "mirror:5000/nvidia/k8s-device-plugin:v0.20.0", "sha256": DIGEST}})
     assert config == {"version": "v1", "sharing": {},
                       "flags": {"migStrategy": "none", "failOnInitError": True,
                                 "plugin": {"deviceListStrategy": ["envvar"], "deviceIDStrategy": "uuid"}}}
     pod = ds["spec"]["template"]["spec"]
     [container] = pod["containers"]
-    assert container["image"] == f"mirror:5000/nvidia/k8s-device-plugin:v0.17.1@{DIGEST}"
+    assert container["image"] == f"mirror:5000/nvidia/k8s-device-plugin:v0.20.0@{DIGEST}"
     assert pod["nodeSelector"] == {"accelerator": "nvidia"}
     assert container["securityContext"] == {"privileged": False}
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
@@ -83,11 +83,22 @@ def test_time_slicing_and_cdi(tmp_path):
 
 
 def test_inventory_image_wins_and_no_image_renders_empty(tmp_path):
-    ds, _ = render(tmp_path, k8s_device_plugins_nvidia_image="site-registry/nvidia/k8s-device-plugin:v0.17.1",
+    ds, _ = render(tmp_path, k8s_device_plugins_nvidia_image="site-registry/nvidia/k8s-device-plugin:v0.20.0",
                    k8s_device_plugins_artifacts={"nvidia-device-plugin-image": {"image": "other", "sha256": DIGEST}})
-    assert ds["spec"]["template"]["spec"]["containers"][0]["image"] == "site-registry/nvidia/k8s-device-plugin:v0.17.1"
+    assert ds["spec"]["template"]["spec"]["containers"][0]["image"] == "site-registry/nvidia/k8s-device-plugin:v0.20.0"
     ds, _ = render(tmp_path)
     assert not ds["spec"]["template"]["spec"]["containers"][0]["image"]  # the role's preflight refuses this
+
+
+def test_site_environment_follows_the_roles_own(tmp_path):
+    ds, _ = render(tmp_path, k8s_device_plugins_nvidia_image="img",
+                   k8s_device_plugins_nvidia_env={"ZZ_LAST": 1, "AA_FIRST": "x y"})
+    env = [(e["name"], e["value"]) for e in ds["spec"]["template"]["spec"]["containers"][0]["env"]]
+    assert [n for n, _ in env[:4]] == ["CONFIG_FILE", "NVIDIA_DRIVER_ROOT", "CONTAINER_DRIVER_ROOT",
+                                       "FAIL_ON_INIT_ERROR"]
+    assert env[4:] == [("AA_FIRST", "x y"), ("ZZ_LAST", "1")]  # sorted, values as strings
+    ds, _ = render(tmp_path, k8s_device_plugins_nvidia_image="img")
+    assert len(ds["spec"]["template"]["spec"]["containers"][0]["env"]) == 4
 
 
 def test_ascend_plugin_is_huaweis_daemonset_on_the_seeds_label(tmp_path):

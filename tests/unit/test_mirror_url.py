@@ -53,8 +53,8 @@ IMAGES = [
     # A registry with a port and a path, as the mirror and as a base; the longest base wins.
     ('registry.local:5000/k8s/pause:3.10', 'registry.dc1.example.com:5443/mirror/k8s/',
      ['registry.local:5000', 'registry.local:5000/k8s'], 'registry.dc1.example.com:5443/mirror/k8s/pause:3.10'),
-    ('nvcr.io/nvidia/k8s-device-plugin:v0.17.1@sha256:' + 'a' * 64, 'r.example.com/nv', ['nvcr.io/nvidia/'],
-     'r.example.com/nv/k8s-device-plugin:v0.17.1@sha256:' + 'a' * 64),
+    ('nvcr.io/nvidia/k8s-device-plugin:v0.20.0@sha256:' + 'a' * 64, 'r.example.com/nv', ['nvcr.io/nvidia/'],
+     'r.example.com/nv/k8s-device-plugin:v0.20.0@sha256:' + 'a' * 64),
     # The base itself (what artifacts.py redirects: every images base becomes R).
     ('quay.io/calico', '10.0.0.1:5000', ['quay.io/calico'], '10.0.0.1:5000'),
 ]
