@@ -1,11 +1,14 @@
-"""GPU workloads on the lab (issue 12): the seed's L2 contract (section 5.1) through the API.
+"""GPU workloads on the lab: the L2 contract (docs/l2-contract.md) through the API.
 
-The NVIDIA device plugin DaemonSet of role k8s_device_plugins runs on the A100 nodes with the
-lab's stand-in in its image slot (tests/hardware/device_plugin): it advertises the GPUs the
-node's driver (the simulated NVML) reports, and allocates them through the kubelet's
-device-plugin API. Asserted here:
+The NVIDIA device plugin DaemonSet of role k8s_device_plugins runs NVIDIA's own plugin on the A100
+nodes (v0.20.0, built by lab/k8s/build.py from its release archive) against the node's driver, the
+simulated NVML: it advertises the GPUs the driver reports, allocates them through the kubelet's
+device-plugin API and marks a GPU unhealthy on a critical XID event. Asserted here:
 
-- every A100 node advertises nvidia.com/gpu equal to the GPUs its driver lists;
+- every A100 node advertises nvidia.com/gpu equal to the GPUs its driver lists, through NVIDIA's
+  plugin (its image is the manifest's, and it says it registered with the kubelet);
+- an XID 79 on one GPU, as an NVML event, makes the plugin take that GPU out of allocatable, and an
+  application XID (13) on another does not; the time from the event to the Node's change is printed;
 - the seed's 5.1.1 Pod, scaled to the lab (8 GPUs, the seed's nodeAffinity on accelerator-model
   and accelerator-count Gt 7, its NCCL env; CPU and memory scaled down, no volcano scheduler
   or PVC in the lab), is scheduled onto an A100 node, runs, and sees in NVIDIA_VISIBLE_DEVICES
@@ -18,8 +21,9 @@ device-plugin API. Asserted here:
   with the stand-in in its image slot), and an NPU Pod runs there with 2 distinct chips in
   ASCEND_VISIBLE_DEVICES.
 
-The lab proves the device-plugin API, the DaemonSet, scheduling and allocation; it does not
-prove that NVIDIA's own plugin or container runtime give a container working GPUs.
+The lab proves NVIDIA's plugin's discovery, allocation and health logic, the DaemonSet and
+scheduling; it does not prove a real driver, nor that the container runtime gives a container
+working GPUs (device nodes and libraries).
 """
 
 from __future__ import annotations
@@ -109,6 +113,56 @@ def test_every_a100_node_advertises_its_gpus(core):
             assert time.monotonic() < end, f"{node}: allocatable nvidia.com/gpu is {have!r}, want {want}"
             time.sleep(3)
         assert core.read_node(node).status.capacity.get("nvidia.com/gpu") == str(want)
+
+
+def plugin_pod(core, node: str):
+    pods = core.list_namespaced_pod("kube-system", label_selector="app.kubernetes.io/name=nvidia-device-plugin",
+                                    field_selector=f"spec.nodeName={node}").items
+    running = [p for p in pods if p.status.phase == "Running" and not p.metadata.deletion_timestamp]
+    return running[0] if running else None
+
+
+def test_the_gpus_come_from_nvidias_plugin(core):
+    for node in A100_NODES:
+        pod = plugin_pod(core, node)
+        assert pod, f"no running device plugin Pod on {node}"
+        assert "/k8s-device-plugin:v0.20.0@sha256:" in pod.spec.containers[0].image, pod.spec.containers[0].image
+        log = core.read_namespaced_pod_log(pod.metadata.name, "kube-system")
+        assert "Registered device plugin for 'nvidia.com/gpu' with Kubelet" in log, log[-3000:]
+
+
+def allocatable_gpus(core, node: str) -> int:
+    return int((core.read_node(node).status.allocatable or {}).get("nvidia.com/gpu", "0"))
+
+
+def test_a_critical_xid_takes_its_gpu_out_of_allocatable(core):
+    node, state = "gpu2", "/var/lib/ai-l1-fake/nvml-state"
+    assert allocatable_gpus(core, node) == 8
+    marker = "# ai-l1 test xid"
+    try:
+        # File order is delivery order: the application XID 13 (GPU 3) reaches the plugin first.
+        t0 = time.monotonic()
+        added = on(node, f"printf '\\n%s\\n' '{marker}' 'gpu.3.xid.9001=13' 'gpu.2.xid.9002=79' | sudo tee -a {state}")
+        assert added.returncode == 0, tail(added)
+        end = time.monotonic() + 120
+        while (have := allocatable_gpus(core, node)) != 7:
+            assert have == 8 and time.monotonic() < end, f"{node}: allocatable nvidia.com/gpu {have}, want 7"
+            time.sleep(1)
+        print(f"\ntiming XID 79 event -> allocatable 7 on {node}: {time.monotonic() - t0:.1f}s")
+        time.sleep(10)
+        assert allocatable_gpus(core, node) == 7, "the application XID 13 took a GPU out too"
+        log = core.read_namespaced_pod_log(plugin_pod(core, node).metadata.name, "kube-system")
+        assert "Xid=79" in log and "marking device as unhealthy" in log, log[-3000:]
+    finally:
+        on(node, f"sudo sed -i '/^{marker}$/,$d' {state}")
+        # NVIDIA's plugin does not mark a device healthy again: a new plugin Pod starts from the driver.
+        pod = plugin_pod(core, node)
+        if pod:
+            core.delete_namespaced_pod(pod.metadata.name, "kube-system")
+    end = time.monotonic() + 180
+    while allocatable_gpus(core, node) != 8:
+        assert time.monotonic() < end, f"{node}: allocatable nvidia.com/gpu not back to 8 after the plugin restart"
+        time.sleep(2)
 
 
 def test_seed_pod_runs_with_the_gpus_the_plugin_allocated(core):
