@@ -120,12 +120,14 @@ def test_every_manifest_image_has_a_lab_recipe(tmp_path):
     recipes.update({r.artifact: r for r in build.queue_image_recipes(manifest, queue_bins)})
     controller = build.gpuquota_image_recipe(manifest, "base", tmp_path)
     recipes[controller.artifact] = controller
+    plugin_bins = {n: Path("/x") for r in build.device_plugin_recipes() for n in r.binaries}
+    recipes.update({r.artifact: r for r in build.device_plugin_image_recipes(manifest, plugin_bins, "base")})
     images = {a.name: a for a in manifest.artifacts.values()
               if a.is_image and not any(a.name.startswith(p) for p in build.NOT_BUILT)}
     assert set(recipes) == set(images)
     for name, recipe in recipes.items():
         # Tagged as `kubeadm config images list` names them (or the charts do), under the local prefix.
-        upstream = lib.render(images[name].template, {"registry_k8s_io": "", "quay_io": "", "ai_platform": "",
+        upstream = lib.render(images[name].template, {"registry_k8s_io": "", "quay_io": "", "ai_platform": "", "nvcr_io": "",
                                                      "version": images[name].version})
         assert recipe.ref.endswith(upstream.split("/")[-1]), (recipe.ref, upstream)
         assert recipe.tag == images[name].version
@@ -155,12 +157,23 @@ def test_publish_file_places_the_file_at_its_upstream_path(tmp_path, monkeypatch
     assert mirror.publish_file(src, rel) == (sha, False)  # a second run changes nothing
 
 
+def test_the_device_plugin_image_and_its_source_archive_are_one_release(monkeypatch):
+    manifest = lib.load()
+    bins = {"nvidia-device-plugin": Path("/x")}
+    [recipe] = build.device_plugin_image_recipes(manifest, bins, "base")
+    assert (recipe.tag, recipe.entrypoint) == ("v0.20.0", ["nvidia-device-plugin"])
+    assert recipe.files == {"/usr/bin/nvidia-device-plugin": Path("/x")}
+    manifest.get("nvidia-device-plugin-image").version = "v0.17.1"
+    with pytest.raises(build.BuildError, match="v0.17.1 in artifacts/manifest.yml, the source archive .* v0.20.0"):
+        build.device_plugin_image_recipes(manifest, bins, "base")
+
+
 def test_the_lab_skips_only_what_it_says_it_skips():
-    """Everything else in the manifest must be built; calico, the device plugins, Volcano, the storage CSI
+    """Everything else in the manifest must be built; calico, Huawei's device plugin, Volcano, the storage CSI
     drivers and MinIO are production-only."""
     skipped = [n for n in lib.load().artifacts if any(n.startswith(p) for p in build.NOT_BUILT)]
     assert skipped == ["calico-manifest", "calico-node-image", "calico-cni-image", "calico-kube-controllers-image",
-                       "nvidia-device-plugin-image", "ascend-device-plugin-image", "volcano-chart",
+                       "ascend-device-plugin-image", "volcano-chart",
                        "volcano-scheduler-image", "volcano-controller-manager-image", "volcano-webhook-manager-image",
                        "ceph-csi-rbd-chart", "ceph-csi-image", "ceph-csi-provisioner-image", "ceph-csi-attacher-image",
                        "ceph-csi-resizer-image", "ceph-csi-snapshotter-image", "ceph-csi-node-driver-registrar-image",
