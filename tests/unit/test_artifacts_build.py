@@ -127,8 +127,8 @@ def test_every_manifest_image_has_a_lab_recipe(tmp_path):
     assert set(recipes) == set(images)
     for name, recipe in recipes.items():
         # Tagged as `kubeadm config images list` names them (or the charts do), under the local prefix.
-        upstream = lib.render(images[name].template, {"registry_k8s_io": "", "quay_io": "", "ai_platform": "", "nvcr_io": "",
-                                                     "version": images[name].version})
+        bases = {"registry_k8s_io": "", "quay_io": "", "ai_platform": "", "nvcr_io": ""}
+        upstream = lib.render(images[name].template, {**bases, "version": images[name].version})
         assert recipe.ref.endswith(upstream.split("/")[-1]), (recipe.ref, upstream)
         assert recipe.tag == images[name].version
 
