@@ -20,6 +20,9 @@ module zips, and those hold the charts' sources:
 - kueue: charts/kueue of the sigs.k8s.io/kueue module at the manifest's kueue-image version (the
   chart Kueue releases from the same tree), packaged unchanged; its image is built by
   lab/k8s/build.py from the same module.
+- volcano: installer/helm/chart/volcano of the Volcano release archive (artifacts/sources.yml, from
+  the source cache), packaged unchanged; its images are built by lab/k8s/build.py from the same
+  archive.
 - dcgm-exporter: the module proxy refuses github.com/NVIDIA/dcgm-exporter ("403 This module
   version is not available"), so the lab packs the stand-in chart in
   tests/hardware/dcgm/chart (simulated vendor artifact, like the lab's fake driver
@@ -169,6 +172,26 @@ def kueue_chart(helm: Path, version: str, module_version: str) -> Path:
         shutil.rmtree(work, ignore_errors=True)
 
 
+VOLCANO_CHART = "installer/helm/chart/volcano"
+
+
+def volcano_chart(helm: Path, version: str) -> Path:
+    try:
+        _, archive = kb.sourcelib.cached("volcano")
+    except kb.sourcelib.SourceError as exc:
+        raise kb.BuildError(str(exc)) from exc
+    work = Path(tempfile.mkdtemp(prefix="ai-l1-volcano.", dir="/var/tmp"))
+    try:
+        kb.extract_release(archive, work / "release")
+        shutil.copytree(work / "release" / VOLCANO_CHART, work / "volcano")
+        have = str(chart_meta(work / "volcano")["version"])
+        if have != version:
+            raise kb.BuildError(f"{archive.name} holds chart volcano {have}, the manifest pins {version}")
+        return helm_package(helm, work / "volcano", version, CHARTS_CACHE / "volcano" / version)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def dcgm_exporter_standin(helm: Path, version: str) -> Path:
     work = Path(tempfile.mkdtemp(prefix="ai-l1-dcgm.", dir="/var/tmp"))
     try:
@@ -190,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         manifest = kb.manifestlib.load()
         versions = {n: manifest.get(n).version for n in ("helm", "kube-prometheus-stack-chart", "dcgm-exporter-chart",
-                                                          "kueue-chart", "kueue-image")}
+                                                          "kueue-chart", "kueue-image", "volcano-chart")}
         with kb.locked("charts-build"):
             recipe = helm_recipe(versions["helm"])
             result = kb.build_go(recipe, kb.go_version(), args.jobs)
@@ -202,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
                 "dcgm-exporter-chart": {"version": dcgm, "path": str(dcgm_exporter_standin(helm, dcgm))},
                 "kueue-chart": {"version": versions["kueue-chart"],
                                 "path": str(kueue_chart(helm, versions["kueue-chart"], versions["kueue-image"]))},
+                "volcano-chart": {"version": versions["volcano-chart"],
+                                  "path": str(volcano_chart(helm, versions["volcano-chart"]))},
             }}
             text = json.dumps(record, indent=2, sort_keys=True) + "\n"
             if not RECORD.exists() or RECORD.read_text() != text:

@@ -57,7 +57,6 @@ NOT_BUILT = {
     # Calico's node image needs cgo/eBPF toolchains; the lab's CNI is the bridge plugin.
     "calico-": "production CNI, the lab runs k8s_cni_plugin: bridge",
     "ascend-device-plugin-": "not obtainable here; the lab runs the stand-in tests/hardware/device_plugin",
-    "volcano-": "refused by the Go module proxy; the lab validates the rendered objects against its CRDs only",
     "ceph-csi-": "refused by the Go module proxy; the lab validates the objects roles/k8s_storage renders",
     "juicefs-": "refused by the Go module proxy; the lab validates the objects roles/k8s_storage renders",
     "minio-": "AGPL, excluded on these machines; roles/k8s_storage renders its Tenant only",
@@ -290,6 +289,10 @@ class ArchiveRecipe:
     binaries: dict[str, str]
     ldflags: list[str] = field(default_factory=list)
     cgo: bool = False
+    # False: the release's go.mod and go.sum through the module proxy (checked by go.sum).
+    vendored: bool = True
+    # Files of the release kept beside the binaries (name -> path in the tree), for the images.
+    keep: dict[str, str] = field(default_factory=dict)
 
     def key(self, gover: str, source: sourcelib.Source) -> str:
         return digest({"recipe": asdict(self), "sha256": source.sha256, "go": gover, "rev": RECIPE_REVISION})
@@ -322,7 +325,8 @@ def build_archive_go(recipe: ArchiveRecipe, gover: str, jobs: int) -> dict:
     root = archive_root(recipe, source)
     key = recipe.key(gover, source)
     bindir, stamp = root / "bin", root / "recipe.sha256"
-    if stamp.exists() and stamp.read_text().strip() == key and all((bindir / n).exists() for n in recipe.binaries):
+    if stamp.exists() and stamp.read_text().strip() == key and all((bindir / n).exists()
+                                                                   for n in (*recipe.binaries, *recipe.keep)):
         return {"component": recipe.component, "cached": True}
     root.mkdir(parents=True, exist_ok=True)
     logfile = root / "build.log"
@@ -331,9 +335,12 @@ def build_archive_go(recipe: ArchiveRecipe, gover: str, jobs: int) -> dict:
     src = root / "src"
     extract_release(archive, src)
     env = go_env()
-    # The release's vendor/ tree only: a build that would need the network fails instead.
-    env.update({"GOPROXY": "off", "GOFLAGS": env["GOFLAGS"] + " -mod=vendor",
-                "CGO_ENABLED": "1" if recipe.cgo else "0"})
+    env["CGO_ENABLED"] = "1" if recipe.cgo else "0"
+    if recipe.vendored:
+        # The release's vendor/ tree only: a build that would need the network fails instead.
+        env.update({"GOPROXY": "off", "GOFLAGS": env["GOFLAGS"] + " -mod=vendor"})
+    else:
+        env["GOFLAGS"] += " -mod=readonly"  # exactly the release's go.sum
     ldflags = " ".join(["-s", "-w", *[f.format(version=source.version, commit=source.commit) for f in recipe.ldflags]])
     staging = root / "bin.new"
     shutil.rmtree(staging, ignore_errors=True)
@@ -346,6 +353,8 @@ def build_archive_go(recipe: ArchiveRecipe, gover: str, jobs: int) -> dict:
             cwd=src, env=env, logfile=logfile)
         timings[name] = round(time.monotonic() - t1, 1)
         log(f"{recipe.component}: {name} built in {timings[name]}s")
+    for name, path in recipe.keep.items():
+        shutil.copyfile(src / path, staging / name)
     shutil.rmtree(bindir, ignore_errors=True)
     staging.rename(bindir)
     shutil.rmtree(src, ignore_errors=True)  # the archive stays in the source cache
@@ -364,7 +373,17 @@ DEVICE_PLUGIN_INFO = "github.com/NVIDIA/k8s-device-plugin/internal/info"
 
 def archive_bins(recipes: list[ArchiveRecipe]) -> dict[str, Path]:
     listed = sourcelib.load()
-    return {n: archive_root(r, listed[r.source]) / "bin" / n for r in recipes for n in r.binaries}
+    return {n: archive_root(r, listed[r.source]) / "bin" / n for r in recipes for n in (*r.binaries, *r.keep)}
+
+
+def same_release(manifest: manifestlib.Manifest, artifact: str, source: str, version: str | None = None) -> str:
+    """The manifest's version of `artifact`, refused unless it is the source archive's release."""
+    version = version or manifest.get(artifact).version
+    have = sourcelib.load()[source].version
+    if have.lstrip("v") != version.lstrip("v"):
+        raise BuildError(f"{artifact} is {version} in artifacts/manifest.yml, the source archive {source} "
+                         f"in artifacts/sources.yml is {have}: pin one release")
+    return version
 
 
 def device_plugin_recipes() -> list[ArchiveRecipe]:
@@ -377,15 +396,50 @@ def device_plugin_recipes() -> list[ArchiveRecipe]:
 
 
 def device_plugin_image_recipes(manifest: manifestlib.Manifest, bins: dict[str, Path], base: str) -> list[ImageRecipe]:
-    version = manifest.get("nvidia-device-plugin-image").version
-    source = sourcelib.load()["k8s-device-plugin"]
-    if source.version != version:
-        raise BuildError(f"nvidia-device-plugin-image is {version} in artifacts/manifest.yml, the source archive "
-                         f"in artifacts/sources.yml is {source.version}: pin one release")
+    version = same_release(manifest, "nvidia-device-plugin-image", "k8s-device-plugin")
     return [ImageRecipe("nvidia-device-plugin-image", "k8s-device-plugin", version,
                         {"/usr/bin/nvidia-device-plugin": bins["nvidia-device-plugin"]}, ["nvidia-device-plugin"],
                         base=base, env={"NVIDIA_DISABLE_REQUIRE": "true", "NVIDIA_VISIBLE_DEVICES": "all",
                                         "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"})]
+
+
+# Volcano (roles/gpu_queues with gpu_queues_backend: volcano): the scheduler, controller manager and
+# admission webhook as the release's Makefile builds them (CGO off, version stamps), from the release
+# archive with its go.mod (every dependency is on the module proxy); imaged as its Dockerfiles do:
+# /vc-<name> as entrypoint; the webhook image also carries the release's gen-admission-secret.sh and
+# what it runs (openssl, kubectl), for the chart's admission-init Job. The chart: lab/charts/build.py.
+VOLCANO_VERSION_PKG = "volcano.sh/volcano/pkg/version"
+VOLCANO_COMPONENTS = ("scheduler", "controller-manager", "webhook-manager")
+
+
+VOLCANO_ADMISSION_SCRIPT = "installer/dockerfile/webhook-manager/gen-admission-secret.sh"
+
+
+def volcano_recipes() -> list[ArchiveRecipe]:
+    ldflags = [f"-X {VOLCANO_VERSION_PKG}.GitSHA={{commit}}", f"-X {VOLCANO_VERSION_PKG}.Version={{version}}"]
+    return [ArchiveRecipe("volcano", "volcano", {f"vc-{c}": f"./cmd/{c}" for c in VOLCANO_COMPONENTS}, ldflags,
+                          vendored=False, keep={"gen-admission-secret.sh": VOLCANO_ADMISSION_SCRIPT})]
+
+
+def volcano_image_recipes(manifest: manifestlib.Manifest, bins: dict[str, Path],
+                          webhook_base: str) -> list[ImageRecipe]:
+    recipes = []
+    for c in VOLCANO_COMPONENTS:
+        artifact = f"volcano-{c}-image"
+        version = same_release(manifest, artifact, "volcano")
+        files = {f"/vc-{c}": bins[f"vc-{c}"]}
+        base = "scratch"
+        if c == "webhook-manager":
+            files.update({"/gen-admission-secret.sh": bins["gen-admission-secret.sh"],
+                          "/usr/local/bin/kubectl": bins["kubectl"]})
+            base = webhook_base
+        recipes.append(ImageRecipe(artifact, f"vc-{c}", version, files, [f"/vc-{c}"], base=base))
+    return recipes
+
+
+def ensure_volcano_webhook_base() -> str:
+    """Debian minbase with what the release's gen-admission-secret.sh runs (upstream: alpine)."""
+    return ensure_debian_base("volcano-webhook-base", ["openssl", "ca-certificates"])
 
 
 # ---------------------------------------------------------------- recipes from the manifest
@@ -1019,7 +1073,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 (the build's st
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", action="append",
                         choices=["kubernetes", "etcd", "coredns", "cni-plugins", *MONITORING_COMPONENTS, "kueue",
-                                 "stargz-snapshotter", "nvidia-device-plugin",
+                                 "stargz-snapshotter", "nvidia-device-plugin", "volcano",
                                  *BENCH_COMPONENTS],
                         help="build only these Go components (no images, no record); the benchmark tools "
                              f"({', '.join(BENCH_COMPONENTS)}) are built this way only")
@@ -1036,7 +1090,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 (the build's st
             recipes = {r.component: r for r in [*go_recipes(v), *monitoring_recipes(manifest),
                                                  *queue_recipes(manifest), *storage_recipes(manifest),
                                                  *(bench_go_recipes() if args.only else [])]}
-            archive_recipes = device_plugin_recipes()
+            archive_recipes = [*device_plugin_recipes(), *volcano_recipes()]
             results = []
             for name, recipe in recipes.items():
                 if args.only and name not in args.only:
@@ -1061,6 +1115,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 (the build's st
             images += [*((r, build_image(r)) for r in monitoring_image_recipes(manifest, bins, base)),
                        *((r, build_image(r)) for r in queue_image_recipes(manifest, bins)),
                        *((r, build_image(r)) for r in device_plugin_image_recipes(manifest, bins, base)),
+                       *((r, build_image(r)) for r in volcano_image_recipes(manifest, bins,
+                                                                             ensure_volcano_webhook_base())),
                        build_receiver(manifest), build_gpuquota_controller(manifest)]
             record = {"arch": ARCH, "versions": v, "artifacts": {},
                       # Lab tooling run by lab/mirror/mirror.py (the eStargz converter).

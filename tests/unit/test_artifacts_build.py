@@ -122,12 +122,15 @@ def test_every_manifest_image_has_a_lab_recipe(tmp_path):
     recipes[controller.artifact] = controller
     plugin_bins = {n: Path("/x") for r in build.device_plugin_recipes() for n in r.binaries}
     recipes.update({r.artifact: r for r in build.device_plugin_image_recipes(manifest, plugin_bins, "base")})
+    volcano_bins = {n: Path("/x") for n in ("vc-scheduler", "vc-controller-manager", "vc-webhook-manager",
+                                            "gen-admission-secret.sh", "kubectl")}
+    recipes.update({r.artifact: r for r in build.volcano_image_recipes(manifest, volcano_bins, "base")})
     images = {a.name: a for a in manifest.artifacts.values()
               if a.is_image and not any(a.name.startswith(p) for p in build.NOT_BUILT)}
     assert set(recipes) == set(images)
     for name, recipe in recipes.items():
         # Tagged as `kubeadm config images list` names them (or the charts do), under the local prefix.
-        bases = {"registry_k8s_io": "", "quay_io": "", "ai_platform": "", "nvcr_io": ""}
+        bases = {"registry_k8s_io": "", "quay_io": "", "ai_platform": "", "nvcr_io": "", "docker_io": ""}
         upstream = lib.render(images[name].template, {**bases, "version": images[name].version})
         assert recipe.ref.endswith(upstream.split("/")[-1]), (recipe.ref, upstream)
         assert recipe.tag == images[name].version
@@ -168,13 +171,27 @@ def test_the_device_plugin_image_and_its_source_archive_are_one_release(monkeypa
         build.device_plugin_image_recipes(manifest, bins, "base")
 
 
+def test_volcano_images_are_the_releases_binaries_and_the_webhook_has_its_admission_script():
+    manifest = lib.load()
+    bins = {n: Path(f"/b/{n}") for n in ("vc-scheduler", "vc-controller-manager", "vc-webhook-manager",
+                                         "gen-admission-secret.sh", "kubectl")}
+    images = {r.artifact: r for r in build.volcano_image_recipes(manifest, bins, "debian")}
+    assert images["volcano-scheduler-image"].entrypoint == ["/vc-scheduler"]
+    assert images["volcano-scheduler-image"].base == "scratch"
+    webhook = images["volcano-webhook-manager-image"]
+    assert webhook.base == "debian" and set(webhook.files) == {"/vc-webhook-manager", "/gen-admission-secret.sh",
+                                                               "/usr/local/bin/kubectl"}
+    manifest.get("volcano-scheduler-image").version = "v1.14.0"
+    with pytest.raises(build.BuildError, match="volcano-scheduler-image is v1.14.0 .* volcano .* is v1.15.1"):
+        build.volcano_image_recipes(manifest, bins, "debian")
+
+
 def test_the_lab_skips_only_what_it_says_it_skips():
-    """Everything else in the manifest must be built; calico, Huawei's device plugin, Volcano, the storage CSI
+    """Everything else in the manifest must be built; calico, Huawei's device plugin, the storage CSI
     drivers and MinIO are production-only."""
     skipped = [n for n in lib.load().artifacts if any(n.startswith(p) for p in build.NOT_BUILT)]
     assert skipped == ["calico-manifest", "calico-node-image", "calico-cni-image", "calico-kube-controllers-image",
-                       "ascend-device-plugin-image", "volcano-chart",
-                       "volcano-scheduler-image", "volcano-controller-manager-image", "volcano-webhook-manager-image",
+                       "ascend-device-plugin-image",
                        "ceph-csi-rbd-chart", "ceph-csi-image", "ceph-csi-provisioner-image", "ceph-csi-attacher-image",
                        "ceph-csi-resizer-image", "ceph-csi-snapshotter-image", "ceph-csi-node-driver-registrar-image",
                        "juicefs-csi-driver-chart", "juicefs-csi-driver-image", "juicefs-mount-image",
