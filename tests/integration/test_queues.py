@@ -1,4 +1,4 @@
-"""Team GPU queues, quotas and gang admission on the lab (issue 15), against the live backend.
+"""Team GPU queues, quotas and gang admission on the lab, against the lab's backend (Kueue).
 
 site.yml deployed role gpu_queues with the lab's model (inventories/lab/group_vars/all/gpu_queues.yml):
 Kueue built here from sigs.k8s.io/kueue v0.17.0, its chart from the same module, one ClusterQueue
@@ -16,9 +16,7 @@ gpu2: 8 each). Asserted through the API, one scenario at a time:
 - GPUQuota: the CRD schema refuses invalid objects; 8 GPUs let an 8-GPU Pod in and the API server
   refuses a 9th GPU with its quota message; deleting it removes the ResourceQuota and queue it
   created; once validUntil passes, new Pods and jobs are refused while a running Pod keeps running;
-- the Volcano objects the role renders from the sample inventory, the seed's gang job and a
-  GPUQuota's Volcano queue pass `kubectl apply --dry-run=server` against Volcano v1.15.1's CRDs;
-  broken ones fail with the API's message. Volcano itself does not run here.
+The other backend, Volcano, runs live in test_volcano.py.
 """
 
 from __future__ import annotations
@@ -36,7 +34,6 @@ from remediation_lab import fetch_kubeconfig
 
 IMAGE = "10.89.100.1:5000/ai-l1-lab/workload:v0.1.0"
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
-VOLCANO_CRDS = REPO / "tests" / "data" / "crds" / "volcano-v1.15.1"
 A100 = "a100-sxm-80gb"
 
 
@@ -364,63 +361,6 @@ def test_the_controller_has_only_the_rights_it_needs(kube):
                                     ("create", "queues.scheduling.volcano.sh", "no")):
         proc = kubectl(kube, "auth", "can-i", verb, resource, "--as", sa, "-A")
         assert proc.stdout.strip() == allowed, f"{verb} {resource}: {proc.stdout}{proc.stderr}"
-
-
-# ---------------------------------------------------------------------- Volcano: validated only
-
-@pytest.fixture(scope="module")
-def volcano_crds(kube):
-    files = sorted(VOLCANO_CRDS.glob("*.yaml"))
-    args = [a for f in files for a in ("-f", str(f))]
-    proc = kubectl(kube, "apply", "--server-side", "--field-manager", "ai-l1-tests", *args)
-    assert proc.returncode == 0, tail(proc)
-    for f in files:
-        name = yaml.safe_load(f.read_text())["metadata"]["name"]
-        proc = kubectl(kube, "wait", "--for=condition=Established", "--timeout=60s", f"crd/{name}")
-        assert proc.returncode == 0, tail(proc)
-    yield
-    kubectl(kube, "delete", "--wait=false", *args)
-
-
-def dry_run(kube, objects: list[dict]) -> subprocess.CompletedProcess:
-    text = yaml.safe_dump_all(objects, sort_keys=False)
-    return kubectl(kube, "apply", "--dry-run=server", "--server-side", "--field-manager", "ai-l1-tests", "-f", "-",
-                   stdin=text)
-
-
-def sample_volcano_objects() -> list[dict]:
-    sample = REPO / "inventories/sample/group_vars/all/gpu_queues.yml"
-    teams = yaml.safe_load(sample.read_text())["gpu_queues_teams"]
-    queues = [o for o in model.queue_objects("volcano", teams, [], "gpu-pool") if o["kind"] == "Queue"]
-    gang = yaml.safe_load((REPO / "roles/gpu_queues/examples/volcano-gang-job.yml").read_text())
-    gang["metadata"]["namespace"] = "ai-platform"  # a namespace of the lab (the sample's own)
-    objects, _ = model.gpuquota_objects("team-a", "ai-platform", {"team": "a", "totalGPUs": 8, "priority": 2},
-                                        backend="volcano", flavors=[], cohort="gpu-pool",
-                                        now=datetime.datetime.now(datetime.timezone.utc),
-                                        cpu_per_gpu="16", memory_per_gpu="128Gi")
-    return [*queues, gang, *(o for o in objects if o["kind"] == "Queue")]
-
-
-def test_volcano_objects_pass_server_side_validation(kube, volcano_crds):  # noqa: ARG001
-    objects = sample_volcano_objects()
-    assert sorted(o["kind"] for o in objects) == ["Job", "Queue", "Queue", "Queue", "Queue"]
-    proc = dry_run(kube, objects)
-    assert proc.returncode == 0, tail(proc)
-    assert proc.stdout.count("(server dry run)") == len(objects), proc.stdout
-
-
-@pytest.mark.parametrize(("broken", "message"), [
-    (lambda objs: objs[0]["spec"].update(weight="heavy"), ".spec.weight: expected numeric (int or float), got string"),
-    (lambda objs: objs[3]["spec"].update(minAvailable="eight"),
-     ".spec.minAvailable: expected numeric (int or float), got string"),
-    (lambda objs: objs[3]["spec"]["tasks"][0].update(replicas=-1), "spec.tasks[0].replicas: Invalid value: -1"),
-])
-def test_a_broken_volcano_object_fails_with_the_api_message(kube, volcano_crds, broken, message):  # noqa: ARG001
-    objects = sample_volcano_objects()
-    broken(objects)
-    proc = dry_run(kube, objects)
-    assert proc.returncode != 0
-    assert message in proc.stderr, proc.stderr
 
 
 def test_the_gpuquota_crd_is_the_seeds(kube):
