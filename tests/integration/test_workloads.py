@@ -15,6 +15,8 @@ device-plugin API and marks a GPU unhealthy on a critical XID event. Asserted he
   exactly 8 distinct UUIDs of that node's GPUs (nvidia-smi -L on the node), and in its
   /etc/nccl.conf (a read-only host file mount) exactly what nccl_config wrote on that node;
 - a Pod asking for one GPU more than any node has stays Pending, and the scheduler says why;
+- time slicing through NVIDIA's plugin (`k8s_device_plugins_time_slicing_replicas: 4`): each A100
+  node advertises 32, and 9 one-GPU Pods on one node all run, two of them on the same GPU;
 - every node's allocatable CPU and memory is its capacity less kubeReserved and systemReserved
   from the inventory (seed 5.1.2: room for the system and the kubelet);
 - the 910B node advertises huawei.com/Ascend910 (one per chip of its scenario; Huawei's DaemonSet
@@ -33,7 +35,7 @@ import re
 import time
 
 import pytest
-from conftest import CONTROL_PLANES, LAB_INVENTORY, REPO, on, tail
+from conftest import CONTROL_PLANES, LAB_INVENTORY, REPO, on, sh, tail
 from remediation_lab import fetch_kubeconfig
 
 NS = "workload-test"
@@ -201,6 +203,52 @@ def test_one_gpu_more_than_any_node_has_stays_pending(core):
 
 
 NPU_NODE = "npu1"
+
+
+def device_plugins_play(*extra: str):
+    return sh("ansible-playbook", "-i", LAB_INVENTORY, REPO / "playbooks" / "device_plugins.yml", *extra, timeout=600)
+
+
+def test_time_sliced_gpus_are_shared_by_more_pods_than_the_node_has_gpus(core):
+    node = "gpu1"
+    names = [f"shared-{i}" for i in range(9)]
+    try:
+        run = device_plugins_play("-e", "k8s_device_plugins_time_slicing_replicas=4")
+        assert run.returncode == 0, tail(run, 120)
+        end = time.monotonic() + 180
+        while (have := allocatable_gpus(core, node)) != 32:
+            assert time.monotonic() < end, f"{node}: allocatable nvidia.com/gpu {have}, want 8 x 4 replicas"
+            time.sleep(2)
+        container = {"name": "w", "image": IMAGE, "env": [{"name": "AI_L1_WORKLOAD_SLEEP", "value": "600"}],
+                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+        for name in names:  # held at once: each keeps its replica while the others start
+            core.create_namespaced_pod(NS, {
+                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS},
+                "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                         "nodeSelector": {"kubernetes.io/hostname": node}, "containers": [container]}})
+        given = []
+        for name in names:
+            pod = wait_pod(core, name, ("Running", "Failed"))
+            assert pod.status.phase == "Running", pod.status
+            log = ""
+            end = time.monotonic() + 30
+            while "== end" not in log and time.monotonic() < end:
+                log = core.read_namespaced_pod_log(name, NS)
+            given.append(re.search(r"^NVIDIA_VISIBLE_DEVICES=(.*)$", log, re.M).group(1))
+        assert set(given) <= set(node_uuids(node)), given  # replicas map back to the node's GPUs
+        assert len(set(given)) < len(given), f"9 Pods, {len(set(given))} GPUs: no GPU was shared"
+    finally:
+        for name in names:
+            try:
+                core.delete_namespaced_pod(name, NS, grace_period_seconds=0)
+            except Exception:  # noqa: BLE001 (a Pod the test never created)
+                pass
+        back = device_plugins_play()
+        assert back.returncode == 0, tail(back, 120)
+    end = time.monotonic() + 180
+    while allocatable_gpus(core, node) != 8:
+        assert time.monotonic() < end, f"{node}: allocatable nvidia.com/gpu not back to 8"
+        time.sleep(2)
 
 
 def npu_chips() -> int:
