@@ -429,11 +429,15 @@ def volcano_image_recipes(manifest: manifestlib.Manifest, bins: dict[str, Path],
         version = same_release(manifest, artifact, "volcano")
         files = {f"/vc-{c}": bins[f"vc-{c}"]}
         base = "scratch"
+        links = {}
         if c == "webhook-manager":
             files.update({"/gen-admission-secret.sh": bins["gen-admission-secret.sh"],
                           "/usr/local/bin/kubectl": bins["kubectl"]})
             base = webhook_base
-        recipes.append(ImageRecipe(artifact, f"vc-{c}", version, files, [f"/vc-{c}"], base=base))
+            # The script says #!/bin/sh but uses [[ and arrays: upstream's alpine sh (busybox ash)
+            # takes them, Debian's dash does not; bash does.
+            links = {"/bin/sh": "bash"}
+        recipes.append(ImageRecipe(artifact, f"vc-{c}", version, files, [f"/vc-{c}"], base=base, links=links))
     return recipes
 
 

@@ -35,7 +35,7 @@ import re
 import time
 
 import pytest
-from conftest import CONTROL_PLANES, LAB_INVENTORY, REPO, on, sh, tail
+from conftest import CONTROL_PLANES, KUBECTL, LAB_INVENTORY, REPO, on, sh, tail
 from remediation_lab import fetch_kubeconfig
 
 NS = "workload-test"
@@ -137,6 +137,25 @@ def allocatable_gpus(core, node: str) -> int:
     return int((core.read_node(node).status.allocatable or {}).get("nvidia.com/gpu", "0"))
 
 
+def restart_plugin(core, node: str) -> None:
+    """A new plugin Pod on `node`, registered with the kubelet: NVIDIA's plugin never marks a device
+    healthy again, a new one starts from what the driver says."""
+    old = plugin_pod(core, node)
+    if old:
+        core.delete_namespaced_pod(old.metadata.name, "kube-system")
+    end = time.monotonic() + 180
+    while True:
+        pod = plugin_pod(core, node)
+        if pod and (not old or pod.metadata.name != old.metadata.name) and "Registered device plugin for" in \
+                core.read_namespaced_pod_log(pod.metadata.name, "kube-system"):
+            break
+        assert time.monotonic() < end, f"{node}: no new device plugin Pod registered after 180 s"
+        time.sleep(2)
+    while allocatable_gpus(core, node) != 8:
+        assert time.monotonic() < end, f"{node}: allocatable nvidia.com/gpu not back to 8 after the plugin restart"
+        time.sleep(2)
+
+
 def test_a_critical_xid_takes_its_gpu_out_of_allocatable(core):
     node, state = "gpu2", "/var/lib/ai-l1-fake/nvml-state"
     assert allocatable_gpus(core, node) == 8
@@ -144,7 +163,8 @@ def test_a_critical_xid_takes_its_gpu_out_of_allocatable(core):
     try:
         # File order is delivery order: the application XID 13 (GPU 3) reaches the plugin first.
         t0 = time.monotonic()
-        added = on(node, f"printf '\\n%s\\n' '{marker}' 'gpu.3.xid.9001=13' 'gpu.2.xid.9002=79' | sudo tee -a {state}")
+        added = on(node, f"sudo mkdir -p {state.rsplit('/', 1)[0]} && printf '\\n%s\\n' '{marker}' "
+                         f"'gpu.3.xid.9001=13' 'gpu.2.xid.9002=79' | sudo tee -a {state}")
         assert added.returncode == 0, tail(added)
         end = time.monotonic() + 120
         while (have := allocatable_gpus(core, node)) != 7:
@@ -157,14 +177,7 @@ def test_a_critical_xid_takes_its_gpu_out_of_allocatable(core):
         assert "Xid=79" in log and "marking device as unhealthy" in log, log[-3000:]
     finally:
         on(node, f"sudo sed -i '/^{marker}$/,$d' {state}")
-        # NVIDIA's plugin does not mark a device healthy again: a new plugin Pod starts from the driver.
-        pod = plugin_pod(core, node)
-        if pod:
-            core.delete_namespaced_pod(pod.metadata.name, "kube-system")
-    end = time.monotonic() + 180
-    while allocatable_gpus(core, node) != 8:
-        assert time.monotonic() < end, f"{node}: allocatable nvidia.com/gpu not back to 8 after the plugin restart"
-        time.sleep(2)
+        restart_plugin(core, node)
 
 
 def test_seed_pod_runs_with_the_gpus_the_plugin_allocated(core):
@@ -245,9 +258,12 @@ def test_time_sliced_gpus_are_shared_by_more_pods_than_the_node_has_gpus(core):
                 pass
         back = device_plugins_play()
         assert back.returncode == 0, tail(back, 120)
+    rollout = on(CONTROL_PLANES[0], f"{KUBECTL} -n kube-system rollout status ds/nvidia-device-plugin --timeout=300s",
+                 timeout=330)
+    assert rollout.returncode == 0, tail(rollout)
     end = time.monotonic() + 180
-    while allocatable_gpus(core, node) != 8:
-        assert time.monotonic() < end, f"{node}: allocatable nvidia.com/gpu not back to 8"
+    while [allocatable_gpus(core, n) for n in A100_NODES] != [8, 8]:
+        assert time.monotonic() < end, "allocatable nvidia.com/gpu not back to 8 on every A100 node"
         time.sleep(2)
 
 
