@@ -436,7 +436,7 @@ def volcano_image_recipes(manifest: manifestlib.Manifest, bins: dict[str, Path],
             base = webhook_base
             # The script says #!/bin/sh but uses [[ and arrays: upstream's alpine sh (busybox ash)
             # takes them, Debian's dash does not; bash does.
-            links = {"/bin/sh": "bash"}
+            links = {"/usr/bin/sh": "bash"}  # /bin is usr/bin on Debian: a /bin entry would replace it
         recipes.append(ImageRecipe(artifact, f"vc-{c}", version, files, [f"/vc-{c}"], base=base, links=links))
     return recipes
 

@@ -181,7 +181,7 @@ def test_volcano_images_are_the_releases_binaries_and_the_webhook_has_its_admiss
     webhook = images["volcano-webhook-manager-image"]
     assert webhook.base == "debian" and set(webhook.files) == {"/vc-webhook-manager", "/gen-admission-secret.sh",
                                                                "/usr/local/bin/kubectl"}
-    assert webhook.links == {"/bin/sh": "bash"}  # the release's script needs more than dash
+    assert webhook.links == {"/usr/bin/sh": "bash"}  # the release's script needs more than dash
     manifest.get("volcano-scheduler-image").version = "v1.14.0"
     with pytest.raises(build.BuildError, match="volcano-scheduler-image is v1.14.0 .* volcano .* is v1.15.1"):
         build.volcano_image_recipes(manifest, bins, "debian")
