@@ -56,8 +56,11 @@ def test_the_seed_queues_for_volcano_with_absolute_guarantees():
     assert ai["spec"] == {"weight": 10, "reclaimable": True,
                           "capability": {"nvidia.com/gpu": "128", "cpu": "512", "memory": "4096Gi"},
                           # the seed's comment: "保障至少 64 张 GPU"
-                          "guarantee": {"resource": {"nvidia.com/gpu": "64"}}}
+                          "guarantee": {"resource": {"nvidia.com/gpu": "64"}},
+                          # Volcano's webhook: guarantee <= deserved <= capability
+                          "deserved": {"nvidia.com/gpu": "64"}}
     assert "guarantee" not in queues["research-lab"]["spec"]
+    assert "deserved" not in queues["research-lab"]["spec"]
     assert queues["research-lab"]["spec"]["reclaimable"] is False
     # 80 % of every resource, rounded down: whole GPUs, millicores, whole Mi.
     assert queues["inference-prod"]["spec"]["guarantee"] == {

@@ -206,6 +206,10 @@ def volcano_queues(teams: list[dict]) -> list[dict]:
         guarantee = guaranteed(team)
         if guarantee:
             spec["guarantee"] = {"resource": guarantee}
+            # Volcano's admission webhook wants guarantee <= deserved <= capability for every
+            # guaranteed resource: deserved is set to the guarantee, the share the team is owed
+            # (the proportion plugin works out the live share by weight).
+            spec["deserved"] = dict(guarantee)
         out.append({"apiVersion": VOLCANO_API, "kind": "Queue",
                     "metadata": {"name": team["name"], "labels": {TEAM_LABEL: team["name"]}}, "spec": spec})
     return out
