@@ -8,17 +8,20 @@ the lab registry; the lab's three teams as Volcano Queues; the GPUQuota controll
 Volcano Queues. The two backends do not conflict (Kueue admits Jobs by queue label, Volcano
 schedules the Pods that name it), so Kueue's objects stay. At the end the queues play runs again
 with the lab's backend and Volcano's release is removed. Asserted, one scenario at a time (16 A100
-GPUs: gpu1 and gpu2, 8 each):
+GPUs: gpu1 and gpu2, 8 each). Volcano keeps every queue's guarantee for it: the others can use at
+most what is left (16 - 8 for ai-platform-team - 2 for inference-prod = 6 for any other queue, 14
+for ai-platform-team), so the scenarios are sized within that:
 
 - the scheduler, controller manager and admission webhook run from the lab's builds; every team's
   Queue is Open with the model's weight, capability, guarantee and reclaimable;
-- the design document's gang job (a vcjob, one trainer of 8 GPUs per node, minAvailable equal to
-  the replicas) runs whole on both nodes; a second one, which cannot fit beside it, gets no Pod
-  at all and runs whole once the first is deleted;
+- the design document's gang job (a vcjob, one trainer per node, minAvailable equal to the
+  replicas; 4 GPUs each) runs whole on both nodes; a second one, which does not fit beside it in
+  the team's share, gets no Pod at all and runs whole once the first is deleted;
 - research-lab's capability (4 GPUs) holds while 12 GPUs are idle: a 5-GPU job gets no Pod;
-- reclaim: ai-platform-team (reclaimable) runs on all 16 GPUs; when inference-prod submits 8,
-  Volcano evicts the borrower and runs the owner;
-- the L2 contract's Pod with `schedulerName: volcano` is scheduled by Volcano and runs;
+- reclaim: ai-platform-team (reclaimable) runs 12 GPUs, past its guarantee of 8; when
+  inference-prod submits 8, Volcano evicts the borrower and runs the owner;
+- the L2 contract's Pod with `schedulerName: volcano` (in the default queue, so scaled to 4 GPUs)
+  is scheduled by Volcano and runs;
 - a GPUQuota with the Volcano backend makes a Queue that caps the namespace's jobs;
 - the sample fleet's Queues, the gang job and a GPUQuota's Queue pass `kubectl apply
   --dry-run=server` against the running release (CRDs and admission webhook); broken ones fail
@@ -164,18 +167,19 @@ def test_volcano_runs_from_the_lab_builds_with_the_teams_queues(kube):
 
 def test_the_gang_job_runs_whole_or_gets_no_pod(kube, jobs):
     ns = "ai-platform"
-    first = jobs(vcjob("train-2x8", ns, "ai-platform-team", replicas=2, gpus=8))
-    pods = wait_for("both trainers of train-2x8 running", lambda: len(running(kube, ns, first)) == 2 and
+    first = jobs(vcjob("train-2x4", ns, "ai-platform-team", replicas=2, gpus=4))
+    pods = wait_for("both trainers of train-2x4 running", lambda: len(running(kube, ns, first)) == 2 and
                     running(kube, ns, first), timeout=240)
     assert sorted(p.spec.node_name for p in pods) == ["gpu1", "gpu2"]
     assert all(p.spec.scheduler_name == "volcano" for p in pods)
-    second = jobs(vcjob("train-2x8-b", ns, "ai-platform-team", replicas=2, gpus=8))
-    wait_for("train-2x8-b's PodGroup pending", lambda: podgroup(kube, ns, second).get("status", {})
-             .get("phase") in ("Pending", "Inqueue"))
+    # 8 more GPUs would take the team to 16, past the 14 its share allows.
+    second = jobs(vcjob("train-2x4-b", ns, "ai-platform-team", replicas=2, gpus=4))
+    wait_for("train-2x4-b's PodGroup pending", lambda: podgroup(kube, ns, second).get("status", {})
+             .get("phase") == "Pending")
     time.sleep(15)  # long enough for a partial placement to show
-    assert [p for p in job_pods(kube, ns, second) if p.spec.node_name] == [], "a Pod of the second gang was bound"
+    assert job_pods(kube, ns, second) == [], "the second gang got Pods"
     delete_vcjob(kube, ns, first)
-    pods = wait_for("train-2x8-b running whole once the GPUs are free",
+    pods = wait_for("train-2x4-b running whole once the first is gone",
                     lambda: len(running(kube, ns, second)) == 2 and running(kube, ns, second), timeout=240)
     assert sorted(p.spec.node_name for p in pods) == ["gpu1", "gpu2"]
 
@@ -193,8 +197,8 @@ def test_research_lab_stays_within_its_capability(kube, jobs):
 
 def test_the_owner_reclaims_what_a_reclaimable_queue_borrowed(kube, jobs):
     ns = "ai-platform"
-    borrower = jobs(vcjob("borrower-2x8", ns, "ai-platform-team", replicas=2, gpus=8))
-    wait_for("borrower-2x8 running on all 16 GPUs", lambda: len(running(kube, ns, borrower)) == 2, timeout=240)
+    borrower = jobs(vcjob("borrower-2x6", ns, "ai-platform-team", replicas=2, gpus=6))
+    wait_for("borrower-2x6 running on 12 GPUs", lambda: len(running(kube, ns, borrower)) == 2, timeout=240)
     owner = jobs(vcjob("owner-1x8", "inference", "inference-prod", replicas=1, gpus=8))
     t0 = time.monotonic()
     wait_for("owner-1x8 running", lambda: running(kube, "inference", owner), timeout=300)
@@ -206,8 +210,8 @@ def test_the_l2_pod_scheduled_by_volcano_runs(kube):
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "l2-volcano", "namespace": "ai-platform"},
            "spec": {"schedulerName": "volcano", "restartPolicy": "Never",
                     "containers": [{"name": "vllm", "image": IMAGE,
-                                    "resources": {"requests": {"nvidia.com/gpu": "8", "cpu": "50m", "memory": "32Mi"},
-                                                  "limits": {"nvidia.com/gpu": "8"}}}],
+                                    "resources": {"requests": {"nvidia.com/gpu": "4", "cpu": "50m", "memory": "32Mi"},
+                                                  "limits": {"nvidia.com/gpu": "4"}}}],
                     "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
                         "nodeSelectorTerms": [{"matchExpressions": [
                             {"key": "accelerator-model", "operator": "In", "values": ["A100-SXM-80GB"]},
