@@ -167,9 +167,11 @@ def test_volcano_runs_from_the_lab_builds_with_the_teams_queues(kube):
 
 def test_the_gang_job_runs_whole_or_gets_no_pod(kube, jobs):
     ns = "ai-platform"
+    t0 = time.monotonic()
     first = jobs(vcjob("train-2x4", ns, "ai-platform-team", replicas=2, gpus=4))
     pods = wait_for("both trainers of train-2x4 running", lambda: len(running(kube, ns, first)) == 2 and
                     running(kube, ns, first), timeout=240)
+    print(f"\ntiming Volcano gang admission: both trainers running {time.monotonic() - t0:.1f}s after submission")
     assert sorted(p.spec.node_name for p in pods) == ["gpu1", "gpu2"]
     assert all(p.spec.scheduler_name == "volcano" for p in pods)
     # 8 more GPUs would take the team to 16, past the 14 its share allows.
