@@ -7,7 +7,7 @@ export ANSIBLE_FORCE_COLOR ?= 0
 COLLECTION := collections/ansible_collections/ai_platform/l1
 SCENARIOS := $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
-.PHONY: bootstrap image lab lab-prerequisites lab-supplies lab-artifacts lab-up lab-down lab-status test lint ee sanity unit molecule integration conformance
+.PHONY: bootstrap image lab lab-prerequisites lab-supplies lab-artifacts lab-up lab-down lab-status test lint ee sanity unit molecule molecule-scenarios integration integration-tests conformance
 
 bootstrap:
 	bash lab/bootstrap.sh
@@ -84,8 +84,16 @@ unit:
 	python -m pytest -q -n auto --durations=10 tests/unit
 
 # lab-artifacts: scenarios install vendor packages from the lab's files mirror (nvidia_stack).
+# molecule-scenarios and integration-tests are the same without their prerequisites: make test
+# builds those once, then runs both side by side (tests/stages.py).
 molecule: image lab-artifacts
+	@$(MAKE) --no-print-directory molecule-scenarios
+
+molecule-scenarios:
 	@for s in $(SCENARIOS); do echo "== molecule test -s $$s"; molecule test -s $$s || exit 1; done
 
 integration: image lab-supplies lab-artifacts
-	python -m pytest -q --durations=25 tests/integration
+	@$(MAKE) --no-print-directory integration-tests
+
+integration-tests:
+	python -m pytest -q --durations=40 tests/integration
