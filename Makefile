@@ -85,7 +85,7 @@ unit:
 
 # lab-artifacts: scenarios install vendor packages from the lab's files mirror (nvidia_stack).
 # molecule-scenarios and integration-tests are the same without their prerequisites: make test
-# builds those once, then runs both side by side (tests/stages.py).
+# builds those once, before both (tests/stages.py).
 molecule: image lab-artifacts
 	@$(MAKE) --no-print-directory molecule-scenarios
 

@@ -9,7 +9,8 @@ The lab is removed when the session ends, unless AI_L1_KEEP_LAB=1. For developme
 an already converged lab, AI_L1_REUSE_LAB=1 skips the rollout when every node is Ready
 (and keeps the lab); `first_run` is then None and the tests that judge it skip.
 
-Helpers for tests: `sh`, `tail`, `recap`, `on(host, cmd)`, `kubectl_json(args)`, `wait_for(what, probe)`.
+Helpers for tests: `sh`, `playbook(args)` (the lab inventory, mitogen), `tail`, `recap`, `on(host, cmd)`,
+`kubectl_json(args)`, `wait_for(what, probe)`.
 """
 
 from __future__ import annotations
@@ -48,6 +49,11 @@ RECAP = re.compile(
     re.MULTILINE,
 )
 KUBECTL = "kubectl --kubeconfig /etc/kubernetes/admin.conf"
+# The tests' own playbook runs after the first rollout use the mitogen strategy (plugins/strategy:
+# a persistent interpreter per host instead of a new Python per task, about half a run's time).
+# The first rollout, as `make lab` runs it, and the run that kills a host stay on the default
+# (linear) strategy; molecule and the unit tests run linear too.
+MITOGEN_ENV = {**ENV, "ANSIBLE_STRATEGY": "mitogen_linear"}
 
 
 def sh(*cmd: str | Path, timeout: int = 3600, check: bool = False,
@@ -57,6 +63,11 @@ def sh(*cmd: str | Path, timeout: int = 3600, check: bool = False,
     if check:
         assert proc.returncode == 0, f"{' '.join(map(str, cmd))} exited {proc.returncode}:\n{tail(proc)}"
     return proc
+
+
+def playbook(*args: str | Path, timeout: int = 3600) -> subprocess.CompletedProcess:
+    """ansible-playbook -i <the lab inventory> ARGS, under the mitogen strategy (MITOGEN_ENV)."""
+    return sh("ansible-playbook", "-i", LAB_INVENTORY, *args, timeout=timeout, env=MITOGEN_ENV)
 
 
 def tail(proc: subprocess.CompletedProcess, lines: int = 80) -> str:

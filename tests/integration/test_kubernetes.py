@@ -25,7 +25,6 @@ import pytest
 import yaml
 from conftest import (
     CONTROL_PLANES,
-    ENV,
     INV,
     KUBECTL,
     LAB_INVENTORY,
@@ -36,6 +35,7 @@ from conftest import (
     group_hosts,
     kubectl_json,
     on,
+    playbook,
     recap,
     sh,
     tail,
@@ -205,7 +205,7 @@ def test_discovery_labels_are_on_the_gpu_and_npu_nodes(cluster):
 # ---------------------------------------------------------------- inventory taints (k8s_worker)
 
 def _reconcile(host: str, labels: dict, taints: list[dict]) -> dict:
-    proc = sh("ansible-playbook", "-i", LAB_INVENTORY, WORKER_NODE_PLAY, "-e",
+    proc = playbook(WORKER_NODE_PLAY, "-e",
               json.dumps({"target": host, "k8s_worker_node_labels": labels, "k8s_worker_node_taints": taints}))
     assert proc.returncode == 0, f"k8s_worker labels/taints on {host} failed:\n{tail(proc)}"
     return recap(proc.stdout)[host]
@@ -294,10 +294,9 @@ def test_api_survives_the_vip_holder_being_stopped(cluster):
 
 
 def test_second_run_changes_nothing(cluster):
-    # Under the mitogen strategy (plugins/strategy): the converged run a fleet pays most often, with
-    # the option that makes it cheapest; the first run and test_dead_host.py's re-run are linear.
+    # Under the mitogen strategy (conftest.playbook), as the tests' other runs; the first run is linear.
     t0 = time.monotonic()
-    second = sh("ansible-playbook", "-i", LAB_INVENTORY, SITE, env={**ENV, "ANSIBLE_STRATEGY": "mitogen_linear"})
+    second = playbook(SITE)
     record("site_second_run_s", time.monotonic() - t0)
     assert second.returncode == 0, f"second site.yml run failed:\n{tail(second, 150)}"
     result = recap(second.stdout)

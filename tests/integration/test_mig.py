@@ -20,7 +20,8 @@ import textwrap
 import time
 
 import pytest
-from conftest import CONTROL_PLANES, KUBECTL, LAB_INVENTORY, LAB_NAME, REPO, on, recap, sh, tail
+from conftest import CONTROL_PLANES, KUBECTL, LAB_NAME, REPO, on, recap, sh, tail
+from conftest import playbook as run_playbook
 
 NODE = "gpu1"
 NAMESPACE = "mig-test"
@@ -77,7 +78,7 @@ def run_role(tmp_path, name: str, config: str = "mig-test", configs: dict = CONF
     extra = tmp_path / "mig-vars.json"
     extra.write_text(json.dumps({"nvidia_mig_configs": configs}))
     t0 = time.monotonic()
-    proc = sh("ansible-playbook", "-i", LAB_INVENTORY, "-e", f"@{extra}", playbook, timeout=900)
+    proc = run_playbook("-e", f"@{extra}", playbook, timeout=900)
     print(f"{name}: ansible-playbook took {time.monotonic() - t0:.1f}s")
     return proc
 
@@ -243,7 +244,7 @@ def wait_advertised(want: dict[str, int], timeout: float = 120) -> None:
 
 def set_strategy(strategy: str) -> None:
     image = ["-e", f"k8s_device_plugins_nvidia_image={MIXED_STRATEGY_IMAGE}"] if strategy == "mixed" else []
-    proc = sh("ansible-playbook", "-i", LAB_INVENTORY, REPO / "playbooks/device_plugins.yml",
+    proc = run_playbook(REPO / "playbooks/device_plugins.yml",
               "-e", f"k8s_device_plugins_mig_strategy={strategy}", *image, timeout=600)
     assert proc.returncode == 0, tail(proc)
 

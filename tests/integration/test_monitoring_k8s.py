@@ -53,8 +53,8 @@ from conftest import (
     WORKERS,
     kubectl_json,
     on,
+    playbook,
     recap,
-    sh,
     tail,
     wait_for,
 )
@@ -70,7 +70,7 @@ REGISTRY = LAB_VARS["monitoring_k8s_image_registry"]
 
 def run_play(*extra: str, timeout: int = 600):
     t0 = time.monotonic()
-    proc = sh("ansible-playbook", "-i", LAB_INVENTORY, PLAYBOOK, "--limit", CP,
+    proc = playbook(PLAYBOOK, "--limit", CP,
               "-e", "monitoring_k8s_enabled=true", "-e", f"@{receiver_extra_vars()}", *extra, timeout=timeout)
     return proc, time.monotonic() - t0
 

@@ -30,7 +30,7 @@ import urllib.request
 
 import pytest
 import yaml
-from conftest import CONTROL_PLANES, LAB_INVENTORY, REPO, WORKERS, on, recap, sh, tail
+from conftest import CONTROL_PLANES, LAB_INVENTORY, REPO, WORKERS, on, playbook, recap, sh, tail
 from remediation_lab import Api, alert, fetch_kubeconfig, payload
 
 HOST = CONTROL_PLANES[1]
@@ -53,7 +53,7 @@ def run_role(tmp_path_factory) -> subprocess.CompletedProcess:
     extra = tmp / "remediation-systemd.json"
     extra.write_text(json.dumps({"remediation_receiver_enabled": True, "remediation_receiver_mode": "systemd",
                                  "remediation_receiver_token": TOKEN}))
-    return sh("ansible-playbook", "-i", LAB_INVENTORY, "-i", inventory, REPO / "playbooks" / "monitoring.yml",
+    return playbook("-i", inventory, REPO / "playbooks" / "monitoring.yml",
               "--limit", HOST, "-e", f"@{extra}", timeout=600)
 
 

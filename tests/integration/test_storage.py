@@ -37,6 +37,7 @@ from conftest import (
     group_hosts,
     kubectl_json,
     on,
+    playbook,
     recap,
     sh,
     tail,
@@ -167,7 +168,7 @@ def osd_state() -> dict[int, tuple[str, int]]:
 
 def test_a_second_run_changes_nothing_and_keeps_the_osds(cluster):
     before = osd_state()
-    run = sh("ansible-playbook", "-i", LAB_INVENTORY, REPO / "playbooks" / "storage.yml")
+    run = playbook(REPO / "playbooks" / "storage.yml")
     assert run.returncode == 0, tail(run, 120)
     counts = recap(run.stdout)
     assert {h: counts[h]["changed"] for h in STORAGE} == {h: 0 for h in STORAGE}, tail(run, 120)

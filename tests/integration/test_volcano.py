@@ -39,7 +39,7 @@ import time
 import pytest
 import yaml
 from ansible_collections.ai_platform.l1.plugins.module_utils import gpu_queues as model
-from conftest import CACHE, CONTROL_PLANES, LAB_INVENTORY, REPO, on, sh, tail, wait_for
+from conftest import CACHE, CONTROL_PLANES, LAB_INVENTORY, REPO, on, playbook, tail, wait_for
 from remediation_lab import fetch_kubeconfig
 
 IMAGE = "10.89.100.1:5000/ai-l1-lab/workload:v0.1.0"
@@ -50,8 +50,7 @@ TEAMS = yaml.safe_load((LAB_INVENTORY / "group_vars" / "all" / "gpu_queues.yml")
 
 
 def queues_play(backend: str) -> subprocess.CompletedProcess:
-    return sh("ansible-playbook", "-i", LAB_INVENTORY, QUEUES_PLAY, "-e", f"gpu_queues_backend={backend}",
-              timeout=1200)
+    return playbook(QUEUES_PLAY, "-e", f"gpu_queues_backend={backend}", timeout=1200)
 
 
 @pytest.fixture(scope="module")

@@ -35,7 +35,7 @@ import re
 import time
 
 import pytest
-from conftest import CONTROL_PLANES, KUBECTL, LAB_INVENTORY, REPO, on, sh, tail
+from conftest import CONTROL_PLANES, KUBECTL, LAB_INVENTORY, REPO, on, playbook, tail
 from remediation_lab import fetch_kubeconfig
 
 NS = "workload-test"
@@ -219,7 +219,7 @@ NPU_NODE = "npu1"
 
 
 def device_plugins_play(*extra: str):
-    return sh("ansible-playbook", "-i", LAB_INVENTORY, REPO / "playbooks" / "device_plugins.yml", *extra, timeout=600)
+    return playbook(REPO / "playbooks" / "device_plugins.yml", *extra, timeout=600)
 
 
 def test_time_sliced_gpus_are_shared_by_more_pods_than_the_node_has_gpus(core):
