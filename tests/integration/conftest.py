@@ -10,7 +10,8 @@ an already converged lab, AI_L1_REUSE_LAB=1 skips the rollout when every node is
 (and keeps the lab); `first_run` is then None and the tests that judge it skip.
 
 Helpers for tests: `sh`, `playbook(args)` (the lab inventory, mitogen), `tail`, `recap`, `on(host, cmd)`,
-`kubectl_json(args)`, `wait_for(what, probe)`.
+`kubectl_json(args)`, `wait_for(what, probe)`, `record(key, seconds)` (a measured figure, in TIMINGS),
+`kube_api(kubeconfig)` and `controller_kubectl(kubeconfig, args)` (the API from the controller).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -49,6 +51,8 @@ RECAP = re.compile(
     re.MULTILINE,
 )
 KUBECTL = "kubectl --kubeconfig /etc/kubernetes/admin.conf"
+# Figures the tests measure (printed with -s, kept here for the docs' benchmark tables).
+TIMINGS = REPO / ".cache" / "integration-timings.json"
 # The tests' own playbook runs after the first rollout use the mitogen strategy (plugins/strategy:
 # a persistent interpreter per host instead of a new Python per task, about half a run's time).
 # The first rollout, as `make lab` runs it, and the run that kills a host stay on the default
@@ -68,6 +72,31 @@ def sh(*cmd: str | Path, timeout: int = 3600, check: bool = False,
 def playbook(*args: str | Path, timeout: int = 3600) -> subprocess.CompletedProcess:
     """ansible-playbook -i <the lab inventory> ARGS, under the mitogen strategy (MITOGEN_ENV)."""
     return sh("ansible-playbook", "-i", LAB_INVENTORY, *args, timeout=timeout, env=MITOGEN_ENV)
+
+
+def record(key: str, seconds: float) -> None:
+    """A measured figure: printed, and kept in TIMINGS under `key` (never asserted)."""
+    TIMINGS.parent.mkdir(parents=True, exist_ok=True)
+    data = json.loads(TIMINGS.read_text()) if TIMINGS.exists() else {}
+    data[key] = round(seconds, 1)
+    TIMINGS.write_text(json.dumps(data, indent=2) + "\n")
+    print(f"\ntiming {key}: {seconds:.1f}s")
+
+
+def kube_api(kubeconfig: Path) -> SimpleNamespace:
+    """Kubernetes API clients on the controller for `kubeconfig` (the admin's, fetched from a control plane)."""
+    from kubernetes import client, config  # noqa: PLC0415 (only the tests that talk to the API need it)
+
+    api = config.new_client_from_config(str(kubeconfig))
+    return SimpleNamespace(core=client.CoreV1Api(api), batch=client.BatchV1Api(api), apps=client.AppsV1Api(api),
+                           custom=client.CustomObjectsApi(api), ApiException=client.ApiException, path=kubeconfig)
+
+
+def controller_kubectl(kubeconfig: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """kubectl on the controller (the lab's own build, lab/k8s/build.py) with `kubeconfig`."""
+    binary = json.loads((CACHE / "k8s" / "lab-build.json").read_text())["artifacts"]["kubectl"]["path"]
+    return subprocess.run([binary, "--kubeconfig", str(kubeconfig), *args], input=stdin, capture_output=True,
+                          text=True, timeout=120, check=False)
 
 
 def tail(proc: subprocess.CompletedProcess, lines: int = 80) -> str:

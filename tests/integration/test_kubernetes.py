@@ -8,7 +8,7 @@ hardware itself, and the k8s_worker role's taint reconciliation through kubernet
 Needs root podman, the node image (`make image`), the lab's Kubernetes artifacts
 (`bash lab/k8s/build.sh`) and the mirror serving them (`python lab/mirror/mirror.py up`);
 each missing piece fails with what to run. The lab is removed at the end unless
-AI_L1_KEEP_LAB=1. Timings are printed (pytest -s) and written to .cache/k8s-timings.json.
+AI_L1_KEEP_LAB=1. Timings are printed (pytest -s) and written to .cache/integration-timings.json.
 """
 
 from __future__ import annotations
@@ -37,12 +37,12 @@ from conftest import (
     on,
     playbook,
     recap,
+    record,
     sh,
     tail,
     wait_nodes_ready,
 )
 
-TIMINGS = REPO / ".cache" / "k8s-timings.json"
 K8S_VARS = yaml.safe_load((LAB_INVENTORY / "group_vars" / "all" / "k8s.yml").read_text())
 VIP = K8S_VARS["k8s_control_plane_vip"]
 VIP_URL = f"https://{VIP}:8443/readyz"
@@ -59,14 +59,6 @@ def vip_ready(timeout: float = 3.0) -> bool:
             return resp.status == 200
     except (OSError, urllib.error.URLError):
         return False
-
-
-def record(key: str, seconds: float) -> None:
-    TIMINGS.parent.mkdir(parents=True, exist_ok=True)
-    data = json.loads(TIMINGS.read_text()) if TIMINGS.exists() else {}
-    data[key] = round(seconds, 1)
-    TIMINGS.write_text(json.dumps(data, indent=2) + "\n")
-    print(f"timing {key}: {seconds:.0f}s")
 
 
 def etcd_members(host: str) -> tuple[list[dict], list[dict]]:

@@ -29,7 +29,7 @@ import time
 import pytest
 import yaml
 from ansible_collections.ai_platform.l1.plugins.module_utils import gpu_queues as model
-from conftest import CACHE, CONTROL_PLANES, LAB_INVENTORY, REPO, on, tail, wait_for
+from conftest import CONTROL_PLANES, LAB_INVENTORY, REPO, controller_kubectl, kube_api, on, tail, wait_for
 from remediation_lab import fetch_kubeconfig
 
 IMAGE = "10.89.100.1:5000/ai-l1-lab/workload:v0.1.0"
@@ -39,26 +39,11 @@ A100 = "a100-sxm-80gb"
 
 @pytest.fixture(scope="module")
 def kube(k8s_cluster, tmp_path_factory):  # noqa: ARG001 (the cluster must be up)
-    from kubernetes import client, config  # noqa: PLC0415
-
-    kubeconfig = fetch_kubeconfig(LAB_INVENTORY, CONTROL_PLANES[0], tmp_path_factory.mktemp("q") / "admin.conf")
-    api = config.new_client_from_config(str(kubeconfig))
-
-    class Kube:
-        core = client.CoreV1Api(api)
-        batch = client.BatchV1Api(api)
-        custom = client.CustomObjectsApi(api)
-        apps = client.AppsV1Api(api)
-        ApiException = client.ApiException
-        path = kubeconfig
-    return Kube
+    return kube_api(fetch_kubeconfig(LAB_INVENTORY, CONTROL_PLANES[0], tmp_path_factory.mktemp("q") / "admin.conf"))
 
 
 def kubectl(kube, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    """kubectl on the controller (the lab's own build, lab/k8s/build.py) with the admin kubeconfig."""
-    binary = json.loads((CACHE / "k8s" / "lab-build.json").read_text())["artifacts"]["kubectl"]["path"]
-    return subprocess.run([binary, "--kubeconfig", str(kube.path), *args], input=stdin, capture_output=True,
-                          text=True, timeout=120, check=False)
+    return controller_kubectl(kube.path, *args, stdin=stdin)
 
 
 def gang_job(name: str, namespace: str, queue: str, *, pods: int, gpus: int, sleep: int = 600) -> dict:

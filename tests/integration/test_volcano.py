@@ -32,14 +32,24 @@ from __future__ import annotations
 
 import copy
 import datetime
-import json
 import subprocess
 import time
 
 import pytest
 import yaml
 from ansible_collections.ai_platform.l1.plugins.module_utils import gpu_queues as model
-from conftest import CACHE, CONTROL_PLANES, LAB_INVENTORY, REPO, on, playbook, tail, wait_for
+from conftest import (
+    CONTROL_PLANES,
+    LAB_INVENTORY,
+    REPO,
+    controller_kubectl,
+    kube_api,
+    on,
+    playbook,
+    record,
+    tail,
+    wait_for,
+)
 from remediation_lab import fetch_kubeconfig
 
 IMAGE = "10.89.100.1:5000/ai-l1-lab/workload:v0.1.0"
@@ -55,22 +65,11 @@ def queues_play(backend: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def kube(k8s_cluster, tmp_path_factory):  # noqa: ARG001 (the cluster must be up)
-    from kubernetes import client, config  # noqa: PLC0415
-
     t0 = time.monotonic()
     run = queues_play("volcano")
     assert run.returncode == 0, f"queues.yml with the Volcano backend failed:\n{tail(run, 150)}"
-    print(f"\ntiming queues.yml with the Volcano backend: {time.monotonic() - t0:.0f}s")
-    kubeconfig = fetch_kubeconfig(LAB_INVENTORY, CONTROL_PLANES[0], tmp_path_factory.mktemp("vc") / "admin.conf")
-    api = config.new_client_from_config(str(kubeconfig))
-
-    class Kube:
-        core = client.CoreV1Api(api)
-        custom = client.CustomObjectsApi(api)
-        apps = client.AppsV1Api(api)
-        ApiException = client.ApiException
-        path = kubeconfig
-    yield Kube
+    record("queues_play_volcano_s", time.monotonic() - t0)
+    yield kube_api(fetch_kubeconfig(LAB_INVENTORY, CONTROL_PLANES[0], tmp_path_factory.mktemp("vc") / "admin.conf"))
     back = queues_play("kueue")
     helm = on(CONTROL_PLANES[0], "sudo sh -c 'helm=$(ls /opt/ai-platform/helm/*/linux-*/helm | head -1) && "
               "$helm --kubeconfig /etc/kubernetes/admin.conf -n volcano-system uninstall volcano --wait'",
@@ -80,9 +79,7 @@ def kube(k8s_cluster, tmp_path_factory):  # noqa: ARG001 (the cluster must be up
 
 
 def kubectl(kube, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    binary = json.loads((CACHE / "k8s" / "lab-build.json").read_text())["artifacts"]["kubectl"]["path"]
-    return subprocess.run([binary, "--kubeconfig", str(kube.path), *args], input=stdin, capture_output=True,
-                          text=True, timeout=120, check=False)
+    return controller_kubectl(kube.path, *args, stdin=stdin)
 
 
 def vcjob(name: str, namespace: str, queue: str, *, replicas: int, gpus: int, sleep: int = 600) -> dict:
@@ -170,7 +167,7 @@ def test_the_gang_job_runs_whole_or_gets_no_pod(kube, jobs):
     first = jobs(vcjob("train-2x4", ns, "ai-platform-team", replicas=2, gpus=4))
     pods = wait_for("both trainers of train-2x4 running", lambda: len(running(kube, ns, first)) == 2 and
                     running(kube, ns, first), timeout=240)
-    print(f"\ntiming Volcano gang admission: both trainers running {time.monotonic() - t0:.1f}s after submission")
+    record("volcano_gang_admission_s", time.monotonic() - t0)  # both trainers running, from the submission
     assert sorted(p.spec.node_name for p in pods) == ["gpu1", "gpu2"]
     assert all(p.spec.scheduler_name == "volcano" for p in pods)
     # 8 more GPUs would take the team to 16, past the 14 its share allows.
@@ -203,7 +200,7 @@ def test_the_owner_reclaims_what_a_reclaimable_queue_borrowed(kube, jobs):
     owner = jobs(vcjob("owner-1x8", "inference", "inference-prod", replicas=1, gpus=8))
     t0 = time.monotonic()
     wait_for("owner-1x8 running", lambda: running(kube, "inference", owner), timeout=300)
-    print(f"\ntiming Volcano reclaim: inference-prod's job running {time.monotonic() - t0:.0f}s after submission")
+    record("volcano_reclaim_s", time.monotonic() - t0)  # inference-prod's job running, from its submission
     assert len(running(kube, ns, borrower)) < 2, "the borrower kept both nodes"
 
 
