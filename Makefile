@@ -55,8 +55,8 @@ lab-down:
 lab-status:
 	python lab/labctl.py status
 
-## make test: every gate; the first that fails fails the run. tests/stages.py runs them in
-## order (independent ones side by side) and prints each stage's duration at the end.
+## make test: every gate; the first that fails fails the run. tests/stages.py starts each
+## once what it waits for has passed (ready ones side by side) and prints each duration.
 test:
 	python3 tests/stages.py
 

@@ -1,15 +1,14 @@
 #!/usr/bin/env python3
-"""`make test`: the gates in order, independent ones side by side, each stage's time at the end.
+"""`make test`: every gate, each started as soon as the stages it waits for have passed, the ones
+that are ready side by side; each stage's start, end and duration at the end.
 
-    python3 tests/stages.py [STAGE ...]     (default: every stage of PLAN)
+    python3 tests/stages.py [STAGE ...]     (default: every stage of STAGES; named stages run
+                                             without the stages they wait for)
 
-Each stage is a Makefile target. A step of PLAN runs its stages at once: what one stage leaves
-idle on this 2-core machine (ansible-lint is one process, sanity runs its tests one after the
-other, the image and artifact checks wait on podman and the file mirror, molecule's scenarios
-wait on containers and SSH) the other uses. The output of stages that run side by side goes to
-.cache/stages/<stage>.log and is printed whole, one stage after the other, when the step ends.
-The first step with a failed stage ends the run (exit 1); the table of durations is printed
-either way.
+Each stage is a Makefile target. Its output goes to .cache/stages/<stage>.log and is printed whole
+when the stage ends, so that the output of stages running at the same time is not interleaved.
+When a stage fails, no other stage starts; the ones running finish; the run exits 1. The table of
+durations is printed either way.
 """
 
 from __future__ import annotations
@@ -21,79 +20,98 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LOGS = ROOT / ".cache" / "stages"
-PLAN: list[list[str]] = [
-    ["bootstrap"],
+# stage: the stages it starts after. On this 2-core machine the order is about the CPU as much as
+# about what a stage needs.
+STAGES: dict[str, list[str]] = {
+    "bootstrap": [],
     # The node image and the lab's artifacts, once, for molecule and the integration tests. Before
     # sanity, not beside it: the receiver image hashes the collection, where sanity writes tests/output.
-    ["lab-prerequisites"],
-    # The gates that need no lab, with molecule's scenarios (they wait on containers and SSH, the
-    # others on the CPU).
-    ["lint", "sanity", "unit", "ee", "molecule-scenarios"],
-    # The lab's integration tests alone: their waits are on the lab's control loops, which slow
-    # down with anything beside them (2026-12-06: 53 min beside molecule, against about 42 alone).
-    ["integration-tests"],
-]
+    "lab-prerequisites": ["bootstrap"],
+    # The gates that need no lab, side by side with molecule's scenarios (which wait on containers
+    # and SSH while the others use the CPU).
+    "lint": ["lab-prerequisites"],
+    "sanity": ["lab-prerequisites"],
+    "unit": ["lab-prerequisites"],
+    "ee": ["lab-prerequisites"],
+    "molecule-scenarios": ["lab-prerequisites"],
+    # The lab's integration tests once the CPU-bound gates are done, beside the rest of molecule's
+    # scenarios only (2026-12-06: molecule alone left the machine about 40 % idle). Their waits are
+    # on the lab's control loops, which slow down with anything heavy beside them: beside all of
+    # molecule they took 53 min, alone 44.
+    "integration-tests": ["lint", "sanity", "unit"],
+}
 
 
 def fmt(seconds: float) -> str:
     return f"{int(seconds // 60)} min {seconds % 60:04.1f} s"
 
 
-def run_step(stages: list[str], durations: dict[str, float]) -> bool:
-    """Run one step's stages; True when all passed."""
-    t0 = time.monotonic()
-    if len(stages) == 1:
-        print(f"== stage {stages[0]}", flush=True)
-        rc = subprocess.run(["make", "--no-print-directory", stages[0]], cwd=ROOT, check=False).returncode
-        durations[stages[0]] = time.monotonic() - t0
-        return rc == 0
-    LOGS.mkdir(parents=True, exist_ok=True)
-    print(f"== stages side by side: {', '.join(stages)} (logs in {LOGS.relative_to(ROOT)})", flush=True)
-    procs = {}
-    for stage in stages:
-        log = (LOGS / f"{stage}.log").open("w")
-        procs[stage] = (subprocess.Popen(["make", "--no-print-directory", stage], cwd=ROOT, stdout=log,
-                                         stderr=subprocess.STDOUT), log)
-    pending = dict(procs)
-    codes = {}
-    while pending:
-        for stage, (proc, log) in list(pending.items()):
-            if proc.poll() is not None:
-                codes[stage] = proc.returncode
-                durations[stage] = time.monotonic() - t0
-                log.close()
-                del pending[stage]
-        time.sleep(0.5)
-    for stage in stages:
-        print(f"== stage {stage} ({'passed' if codes[stage] == 0 else f'FAILED, exit {codes[stage]}'}, "
-              f"{fmt(durations[stage])})", flush=True)
-        sys.stdout.write((LOGS / f"{stage}.log").read_text(errors="replace"))
-        sys.stdout.flush()
-    return all(code == 0 for code in codes.values())
+def schedule(stages: dict[str, list[str]], start, poll, interval: float = 0.5) -> dict[str, int]:
+    """Run `stages` by their dependencies: `start(stage)` starts one, `poll(stage)` returns its exit
+    code once it has ended (None before). Returns the exit code of every stage that ran."""
+    codes: dict[str, int] = {}
+    running: set[str] = set()
+    failed = False
+    while True:
+        if not failed:
+            for stage, after in stages.items():
+                if stage not in codes and stage not in running and all(codes.get(a) == 0 for a in after):
+                    start(stage)
+                    running.add(stage)
+        if not running:
+            return codes
+        for stage in sorted(running):
+            code = poll(stage)
+            if code is not None:
+                codes[stage] = code
+                running.discard(stage)
+                failed = failed or code != 0
+        time.sleep(interval)
 
 
 def main(argv: list[str]) -> int:
-    plan = [[s for s in step if not argv or s in argv] for step in PLAN]
-    plan = [step for step in plan if step]
-    unknown = set(argv) - {s for step in PLAN for s in step}
+    unknown = set(argv) - set(STAGES)
     if unknown:
         print(f"unknown stages: {', '.join(sorted(unknown))}", file=sys.stderr)
         return 2
-    durations: dict[str, float] = {}
+    chosen = {s: [a for a in after if not argv or a in argv] for s, after in STAGES.items() if not argv or s in argv}
+    LOGS.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    ok = True
-    for step in plan:
-        step_t0 = time.monotonic()
-        ok = run_step(step, durations)
-        if len(step) > 1:
-            durations[" + ".join(step)] = time.monotonic() - step_t0
-        if not ok:
-            break
-    total = time.monotonic() - t0
-    print("\n== make test: stage durations")
-    for stage, seconds in durations.items():
-        print(f"   {stage:<40} {fmt(seconds)}")
-    print(f"   {'total':<40} {fmt(total)}  ({'passed' if ok else 'FAILED'})", flush=True)
+    procs: dict[str, tuple[subprocess.Popen, object]] = {}
+    times: dict[str, tuple[float, float]] = {}
+
+    def start(stage: str) -> None:
+        print(f"== {fmt(time.monotonic() - t0)}: stage {stage} started (log: {(LOGS / stage).relative_to(ROOT)}.log)",
+              flush=True)
+        log = (LOGS / f"{stage}.log").open("w")
+        procs[stage] = (subprocess.Popen(["make", "--no-print-directory", stage], cwd=ROOT, stdout=log,
+                                         stderr=subprocess.STDOUT), log)
+        times[stage] = (time.monotonic() - t0, 0.0)
+
+    def poll(stage: str) -> int | None:
+        proc, log = procs[stage]
+        code = proc.poll()
+        if code is None:
+            return None
+        log.close()
+        began = times[stage][0]
+        times[stage] = (began, time.monotonic() - t0)
+        print(f"== {fmt(time.monotonic() - t0)}: stage {stage} "
+              f"{'passed' if code == 0 else f'FAILED, exit {code}'} ({fmt(times[stage][1] - began)})", flush=True)
+        sys.stdout.write((LOGS / f"{stage}.log").read_text(errors="replace"))
+        sys.stdout.flush()
+        return code
+
+    codes = schedule(chosen, start, poll)
+    ok = all(code == 0 for code in codes.values()) and set(codes) == set(chosen)
+    print("\n== make test: stage durations (start and end from the beginning of the run)")
+    for stage, (began, ended) in times.items():
+        state = "" if codes.get(stage) == 0 else "  FAILED"
+        print(f"   {stage:<20} {fmt(ended - began):>14}   {fmt(began):>14} .. {fmt(ended):<14}{state}")
+    not_run = [s for s in chosen if s not in codes]
+    if not_run:
+        print(f"   not run: {', '.join(not_run)}")
+    print(f"   {'total':<20} {fmt(time.monotonic() - t0):>14}  ({'passed' if ok else 'FAILED'})", flush=True)
     return 0 if ok else 1
 
 

@@ -1,0 +1,90 @@
+"""tests/stages.py, the order of `make test`: a stage starts only after the stages it waits for
+have passed; after a failure nothing new starts and what runs is waited for."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+SPEC = importlib.util.spec_from_file_location("stages", Path(__file__).resolve().parents[1] / "stages.py")
+stages = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(stages)
+
+
+class FakeRuns:
+    """Stages that end after `polls[stage]` polls with `codes[stage]` (0 unless given)."""
+
+    def __init__(self, polls: dict[str, int], codes: dict[str, int] | None = None):
+        self.left = dict(polls)
+        self.codes = codes or {}
+        self.started: list[str] = []
+        self.ended: list[str] = []
+        self.running_at_start: dict[str, set[str]] = {}
+
+    def start(self, stage: str) -> None:
+        self.running_at_start[stage] = {s for s in self.started if s not in self.ended}
+        self.started.append(stage)
+
+    def poll(self, stage: str) -> int | None:
+        self.left[stage] -= 1
+        if self.left[stage] > 0:
+            return None
+        self.ended.append(stage)
+        return self.codes.get(stage, 0)
+
+
+def run(plan, polls, codes=None):
+    fake = FakeRuns(polls, codes)
+    return stages.schedule(plan, fake.start, fake.poll, interval=0), fake
+
+
+def test_the_project_plan_starts_integration_after_the_cpu_bound_gates_only():
+    polls = {"bootstrap": 1, "lab-prerequisites": 1, "lint": 2, "sanity": 2, "unit": 5, "ee": 1,
+             "molecule-scenarios": 20, "integration-tests": 3}
+    codes, fake = run(stages.STAGES, polls)
+    assert codes == dict.fromkeys(stages.STAGES, 0)
+    assert fake.started[:2] == ["bootstrap", "lab-prerequisites"]
+    # Integration starts while molecule still runs, after unit, lint and sanity have ended.
+    assert "molecule-scenarios" in fake.running_at_start["integration-tests"]
+    assert {"lint", "sanity", "unit"} <= set(fake.ended[: fake.ended.index("molecule-scenarios")])
+    assert fake.started.index("integration-tests") > fake.started.index("unit")
+
+
+def test_a_stage_waits_for_every_stage_it_needs():
+    plan = {"a": [], "b": ["a"], "c": ["a"], "d": ["b", "c"]}
+    codes, fake = run(plan, {"a": 1, "b": 3, "c": 1, "d": 1})
+    assert codes == {"a": 0, "b": 0, "c": 0, "d": 0}
+    assert fake.running_at_start["b"] == set() and fake.running_at_start["c"] == {"b"}
+    assert fake.ended.index("b") < fake.started.index("d") and fake.ended.index("c") < fake.started.index("d")
+
+
+def test_after_a_failure_nothing_starts_and_the_running_stages_finish():
+    plan = {"a": [], "fails": ["a"], "slow": ["a"], "after_fail": ["fails"], "after_slow": ["slow"]}
+    codes, fake = run(plan, {"a": 1, "fails": 1, "slow": 4, "after_fail": 1, "after_slow": 1}, {"fails": 2})
+    assert codes == {"a": 0, "fails": 2, "slow": 0}
+    assert "after_fail" not in fake.started and "after_slow" not in fake.started
+
+
+@pytest.mark.parametrize("argv", [["unit"], ["lint", "unit"]])
+def test_named_stages_run_without_what_they_wait_for(monkeypatch, tmp_path, argv):
+    started = []
+
+    class Proc:
+        def __init__(self, cmd, **_):
+            started.append(cmd[-1])
+
+        def poll(self):
+            return 0
+
+    monkeypatch.setattr(stages, "LOGS", tmp_path)
+    monkeypatch.setattr(stages, "ROOT", tmp_path.parent)
+    monkeypatch.setattr(stages.subprocess, "Popen", Proc)
+    monkeypatch.setattr(stages.time, "sleep", lambda _: None)
+    assert stages.main(argv) == 0
+    assert sorted(started) == sorted(argv)
+
+
+def test_an_unknown_stage_is_refused():
+    assert stages.main(["no-such-stage"]) == 2
