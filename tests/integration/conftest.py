@@ -53,10 +53,10 @@ RECAP = re.compile(
 KUBECTL = "kubectl --kubeconfig /etc/kubernetes/admin.conf"
 # Figures the tests measure (printed with -s, kept here for the docs' benchmark tables).
 TIMINGS = REPO / ".cache" / "integration-timings.json"
-# The tests' own playbook runs after the first rollout use the mitogen strategy (plugins/strategy:
+# The tests' playbook runs, the first rollout included, use the mitogen strategy (plugins/strategy:
 # a persistent interpreter per host instead of a new Python per task, about half a run's time).
-# The first rollout, as `make lab` runs it, and the run that kills a host stay on the default
-# (linear) strategy; molecule and the unit tests run linear too.
+# The run that kills a host stays on the default (linear) strategy, as do `make lab`, molecule
+# and the unit tests' runs: the linear path is tested there.
 MITOGEN_ENV = {**ENV, "ANSIBLE_STRATEGY": "mitogen_linear"}
 
 
@@ -201,7 +201,7 @@ def k8s_cluster(lab_nodes):
         pytest.fail(f"fs.inotify.max_user_instances is {instances} on this host: six kubelets need more "
                     "(sysctl -w fs.inotify.max_user_instances=8192 fs.inotify.max_user_watches=524288)")
     t0 = time.monotonic()
-    first = sh("ansible-playbook", "-i", LAB_INVENTORY, SITE)
+    first = playbook(SITE)
     elapsed = time.monotonic() - t0
     assert first.returncode == 0, f"site.yml on the lab failed:\n{tail(first, 150)}"
     yield Cluster(LAB_INVENTORY, CONTROL_PLANES, WORKERS, first, elapsed)

@@ -437,6 +437,57 @@ def test_dashboards_configmap_and_grafana_sidecar(deployed):
     assert any(env.get("LABEL") == "grafana_dashboard" and env.get("LABEL_VALUE") == "1" for env in envs), envs
 
 
+# The second run and the refused configurations come before the checks that wait for Prometheus:
+# they need no scrape, and they run while the operator's new configuration reaches Prometheus
+# (the kubelet refreshes the mounted config Secret within a minute or two).
+def test_second_run_changes_nothing(deployed):
+    second, second_s = run_play()
+    print(f"\ntiming monitoring_k8s second run: {second_s:.0f}s")
+    assert second.returncode == 0, tail(second, 120)
+    assert recap(second.stdout)[CP]["changed"] == 0, tail(second, 120)
+
+
+def _versions() -> dict[str, str]:
+    return {
+        "rule": get("prometheusrule", "gpu-alerts")["metadata"]["resourceVersion"],
+        "alertmanager": get("secret", "alertmanager-kube-prometheus-stack-alertmanager")["metadata"]["resourceVersion"],
+        "release": on(CP, f"{KUBECTL} -n monitoring get secret -l owner=helm,name=kube-prometheus-stack "
+                          "-o name").stdout.strip(),
+    }
+
+
+def test_broken_rule_refused_before_apply(deployed):
+    before = _versions()
+    with tempfile.TemporaryDirectory() as tmp:
+        broken = Path(tmp) / "gpu-alerts.rules.yml"
+        text = (MON / "rules" / "gpu-alerts.rules.yml").read_text()
+        # An unbalanced parenthesis in the XID rule: promtool cannot parse it.
+        broken.write_text(text.replace("(DCGM_FI_DEV_XID_ERRORS != 0)", "(DCGM_FI_DEV_XID_ERRORS != 0", 1))
+        extra = Path(tmp) / "extra.json"
+        extra.write_text(json.dumps({"monitoring_k8s_rule_files": [str(broken)]}))
+        proc, secs = run_play("-e", f"@{extra}")
+    print(f"\ntiming monitoring_k8s broken rule refused: {secs:.0f}s")
+    assert proc.returncode != 0, "a broken rule file was accepted"
+    assert "promtool check rules" in proc.stdout, tail(proc, 60)
+    assert _versions() == before, "the cluster changed although the rule was refused"
+
+
+def test_broken_alertmanager_config_refused_before_apply(deployed):
+    before = _versions()
+    with tempfile.TemporaryDirectory() as tmp:
+        extra = Path(tmp) / "extra.json"
+        # A route to a receiver that does not exist: amtool rejects the configuration.
+        extra.write_text(json.dumps({"monitoring_k8s_values": {
+            **LAB_VARS["monitoring_k8s_values"],
+            "kube-prometheus-stack": {**LAB_VARS["monitoring_k8s_values"]["kube-prometheus-stack"],
+                                      "alertmanager": {"config": {"route": {"receiver": "no-such-receiver"}}}}}}))
+        proc, secs = run_play("-e", f"@{extra}")
+    print(f"\ntiming monitoring_k8s broken Alertmanager config refused: {secs:.0f}s")
+    assert proc.returncode != 0, "a broken Alertmanager configuration was accepted"
+    assert "amtool check-config" in proc.stdout, tail(proc, 60)
+    assert _versions() == before, "the cluster changed although the configuration was refused"
+
+
 def test_stack_pods_run(deployed):
     gpu_nodes = nvidia_nodes()
     assert len(gpu_nodes) >= 2, gpu_nodes
@@ -725,51 +776,3 @@ def test_npd_daemonset_and_images(deployed):
     assert f":{version['prometheus-image']}@sha256:" in images[2], images[2]
     assert f":{version['alertmanager-image']}@sha256:" in images[3], images[3]
     assert f":{version['node-problem-detector-image']}@sha256:" in images[0], images[0]
-
-
-def test_second_run_changes_nothing(deployed):
-    second, second_s = run_play()
-    print(f"\ntiming monitoring_k8s second run: {second_s:.0f}s")
-    assert second.returncode == 0, tail(second, 120)
-    assert recap(second.stdout)[CP]["changed"] == 0, tail(second, 120)
-
-
-def _versions() -> dict[str, str]:
-    return {
-        "rule": get("prometheusrule", "gpu-alerts")["metadata"]["resourceVersion"],
-        "alertmanager": get("secret", "alertmanager-kube-prometheus-stack-alertmanager")["metadata"]["resourceVersion"],
-        "release": on(CP, f"{KUBECTL} -n monitoring get secret -l owner=helm,name=kube-prometheus-stack "
-                          "-o name").stdout.strip(),
-    }
-
-
-def test_broken_rule_refused_before_apply(deployed):
-    before = _versions()
-    with tempfile.TemporaryDirectory() as tmp:
-        broken = Path(tmp) / "gpu-alerts.rules.yml"
-        text = (MON / "rules" / "gpu-alerts.rules.yml").read_text()
-        # An unbalanced parenthesis in the XID rule: promtool cannot parse it.
-        broken.write_text(text.replace("(DCGM_FI_DEV_XID_ERRORS != 0)", "(DCGM_FI_DEV_XID_ERRORS != 0", 1))
-        extra = Path(tmp) / "extra.json"
-        extra.write_text(json.dumps({"monitoring_k8s_rule_files": [str(broken)]}))
-        proc, secs = run_play("-e", f"@{extra}")
-    print(f"\ntiming monitoring_k8s broken rule refused: {secs:.0f}s")
-    assert proc.returncode != 0, "a broken rule file was accepted"
-    assert "promtool check rules" in proc.stdout, tail(proc, 60)
-    assert _versions() == before, "the cluster changed although the rule was refused"
-
-
-def test_broken_alertmanager_config_refused_before_apply(deployed):
-    before = _versions()
-    with tempfile.TemporaryDirectory() as tmp:
-        extra = Path(tmp) / "extra.json"
-        # A route to a receiver that does not exist: amtool rejects the configuration.
-        extra.write_text(json.dumps({"monitoring_k8s_values": {
-            **LAB_VARS["monitoring_k8s_values"],
-            "kube-prometheus-stack": {**LAB_VARS["monitoring_k8s_values"]["kube-prometheus-stack"],
-                                      "alertmanager": {"config": {"route": {"receiver": "no-such-receiver"}}}}}}))
-        proc, secs = run_play("-e", f"@{extra}")
-    print(f"\ntiming monitoring_k8s broken Alertmanager config refused: {secs:.0f}s")
-    assert proc.returncode != 0, "a broken Alertmanager configuration was accepted"
-    assert "amtool check-config" in proc.stdout, tail(proc, 60)
-    assert _versions() == before, "the cluster changed although the configuration was refused"
