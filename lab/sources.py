@@ -5,9 +5,9 @@
     sources.py status                   what the cache holds
 
 The cache is $AI_L1_CACHE/sources (default /var/cache/ai-l1/sources), one file per archive,
-`<name>-<version>.tar.gz`. `fill` looks for that file name in each DIR (--from, else the folders in
-$AI_L1_SOURCE_DIRS separated by ':', else ../shared/src beside the repository), checks its
-sha256 and copies it in atomically; an archive already cached with the right checksum is left
+`<name>-<version>.tar.gz` or the source's `file`. `fill` looks for that file name in each DIR
+(--from, else the folders in $AI_L1_SOURCE_DIRS separated by ':', else ../shared/src and
+../shared/charts beside the repository), checks its sha256 and copies it in atomically; an archive already cached with the right checksum is left
 alone. A source that some manifest artifact is built from (`builds` not empty) must be found:
 `fill` fails naming where it looked. Builds read archives through `cached()`, which checks the
 checksum again, so a file changed in the cache is refused rather than built.
@@ -32,6 +32,7 @@ SOURCES = REPO / "artifacts" / "sources.yml"
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
 SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+FILE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\.(tar\.gz|tgz)$")
 
 
 class SourceError(Exception):
@@ -47,10 +48,11 @@ class Source:
     sha256: str
     licence: str
     builds: tuple[str, ...]
+    file: str = ""
 
     @property
     def filename(self) -> str:
-        return f"{self.name}-{self.version}.tar.gz"
+        return self.file or f"{self.name}-{self.version}.tar.gz"
 
 
 def cache_dir() -> Path:
@@ -84,12 +86,15 @@ def parse(data: object, where: str = "<sources>") -> dict[str, Source]:
             problems.append(f"{at}: commit must be the tag's 40-digit commit")
         if not item.get("licence"):
             problems.append(f"{at}: licence missing")
+        file = str(item.get("file", ""))
+        if file and not FILE_RE.match(file):
+            problems.append(f"{at}: file must be a plain file name ({FILE_RE.pattern})")
         builds = item.get("builds", [])
         if not isinstance(builds, list) or not all(isinstance(b, str) for b in builds):
             problems.append(f"{at}: builds must be a list of manifest artifact names")
             builds = []
         result[name] = Source(name, str(item.get("version", "")), str(item.get("url", "")), commit, sha,
-                              str(item.get("licence", "")), tuple(builds))
+                              str(item.get("licence", "")), tuple(builds), file)
     if problems:
         raise SourceError("\n".join(problems))
     return result
@@ -114,7 +119,7 @@ def default_dirs() -> list[Path]:
     configured = os.environ.get("AI_L1_SOURCE_DIRS", "")
     if configured:
         return [Path(d) for d in configured.split(":") if d]
-    return [REPO.parent / "shared" / "src"]
+    return [REPO.parent / "shared" / "src", REPO.parent / "shared" / "charts"]
 
 
 def fill(sources: dict[str, Source], dirs: list[Path], dest: Path | None = None) -> list[str]:

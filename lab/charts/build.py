@@ -23,6 +23,10 @@ module zips, and those hold the charts' sources:
 - volcano: installer/helm/chart/volcano of the Volcano release archive (artifacts/sources.yml, from
   the source cache), packaged unchanged; its images are built by lab/k8s/build.py from the same
   archive.
+- gpu-operator, hami: the chart directories of the GPU Operator and HAMi tags, as their archives in
+  the source cache (artifacts/sources.yml), packaged with the release's version (the GPU
+  Operator's tree says v1.0.0-devel until NVIDIA's release sets it). Rendered and validated in the
+  lab only: their images cannot be had here.
 - dcgm-exporter: the module proxy refuses github.com/NVIDIA/dcgm-exporter ("403 This module
   version is not available"), so the lab packs the stand-in chart in
   tests/hardware/dcgm/chart (simulated vendor artifact, like the lab's fake driver
@@ -192,6 +196,30 @@ def volcano_chart(helm: Path, version: str) -> Path:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def released_chart(helm: Path, source: str, chart: str, version: str, app_version: str | None = None) -> Path:
+    """A chart as its project packs it for a release: the chart directory of the tag (the source
+    cache's archive, artifacts/sources.yml) with the release's version (and image tag, appVersion)
+    in Chart.yaml, packaged."""
+    try:
+        _, archive = kb.sourcelib.cached(source)
+    except kb.sourcelib.SourceError as exc:
+        raise kb.BuildError(str(exc)) from exc
+    work = Path(tempfile.mkdtemp(prefix=f"ai-l1-{chart}.", dir="/var/tmp"))
+    try:
+        kb.extract_release(archive, work / chart)
+        meta = chart_meta(work / chart)
+        if meta.get("name") != chart:
+            raise kb.BuildError(f"{archive.name} holds chart {meta.get('name')!r}, not {chart}")
+        if str(meta["version"]) != version or (app_version and meta.get("appVersion") != app_version):
+            meta["version"] = version
+            if app_version:
+                meta["appVersion"] = app_version
+            (work / chart / "Chart.yaml").write_text(yaml.safe_dump(meta, sort_keys=False))
+        return helm_package(helm, work / chart, version, CHARTS_CACHE / chart / version)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def dcgm_exporter_standin(helm: Path, version: str) -> Path:
     work = Path(tempfile.mkdtemp(prefix="ai-l1-dcgm.", dir="/var/tmp"))
     try:
@@ -213,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         manifest = kb.manifestlib.load()
         versions = {n: manifest.get(n).version for n in ("helm", "kube-prometheus-stack-chart", "dcgm-exporter-chart",
-                                                          "kueue-chart", "kueue-image", "volcano-chart")}
+                                                          "kueue-chart", "kueue-image", "volcano-chart",
+                                                          "gpu-operator-chart", "gpu-operator-image", "hami-chart")}
         with kb.locked("charts-build"):
             recipe = helm_recipe(versions["helm"])
             result = kb.build_go(recipe, kb.go_version(), args.jobs)
@@ -227,6 +256,12 @@ def main(argv: list[str] | None = None) -> int:
                                 "path": str(kueue_chart(helm, versions["kueue-chart"], versions["kueue-image"]))},
                 "volcano-chart": {"version": versions["volcano-chart"],
                                   "path": str(volcano_chart(helm, versions["volcano-chart"]))},
+                # NVIDIA's release sets the chart's version and appVersion (the operator's image tag).
+                "gpu-operator-chart": {"version": versions["gpu-operator-chart"], "path": str(released_chart(
+                    helm, "gpu-operator", "gpu-operator", versions["gpu-operator-chart"],
+                    versions["gpu-operator-image"]))},
+                "hami-chart": {"version": versions["hami-chart"], "path": str(released_chart(
+                    helm, "hami", "hami", versions["hami-chart"]))},
             }}
             text = json.dumps(record, indent=2, sort_keys=True) + "\n"
             if not RECORD.exists() or RECORD.read_text() != text:

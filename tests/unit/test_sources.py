@@ -42,10 +42,23 @@ def test_the_repositorys_list_parses_and_names_each_archive_once():
     ({"commit": "main"}, "commit must be the tag's"),
     ({"name": "Bad Name"}, "name must match"),
     ({"licence": ""}, "licence missing"),
+    ({"file": "../charts/x.tgz"}, "file must be a plain file name"),
+    ({"file": "x.zip"}, "file must be a plain file name"),
 ])
 def test_a_bad_entry_is_refused_naming_it(over, message):
     with pytest.raises(sources.SourceError, match=message):
         sources.parse({"sources": [entry("a", b"x", **over)]})
+
+
+def test_a_release_archive_keeps_its_own_file_name(tmp_path):
+    """A packaged chart keeps the name it was mirrored under (`file`), found and checked like any archive."""
+    data = b"chart"
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "c-v1.0.0.tgz").write_bytes(data)
+    listed = sources.parse({"sources": [entry("c", data, ["c-chart"], file="c-v1.0.0.tgz")]})
+    assert listed["c"].filename == "c-v1.0.0.tgz"
+    assert sources.fill(listed, [tmp_path / "src"], tmp_path / "cache") == ["c-v1.0.0.tgz"]
+    assert (tmp_path / "cache" / "c-v1.0.0.tgz").read_bytes() == data
 
 
 def test_fill_copies_checks_and_leaves_a_good_copy_alone(tmp_path):
