@@ -7,10 +7,11 @@
 The cache is $AI_L1_CACHE/sources (default /var/cache/ai-l1/sources), one file per archive,
 `<name>-<version>.tar.gz` or the source's `file`. `fill` looks for that file name in each DIR
 (--from, else the folders in $AI_L1_SOURCE_DIRS separated by ':', else ../shared/src and
-../shared/charts beside the repository), checks its sha256 and copies it in atomically; an archive already cached with the right checksum is left
-alone. A source that some manifest artifact is built from (`builds` not empty) must be found:
-`fill` fails naming where it looked. Builds read archives through `cached()`, which checks the
-checksum again, so a file changed in the cache is refused rather than built.
+../shared/charts beside the repository), checks its sha256 and copies it in atomically; an
+archive already cached with the right checksum is left alone. A source that some manifest
+artifact is built from (`builds` not empty) must be found: `fill` fails naming where it looked.
+Builds read archives through `cached()`, which checks the checksum again, so a file changed in
+the cache is refused rather than built.
 """
 
 from __future__ import annotations
@@ -59,6 +60,20 @@ def cache_dir() -> Path:
     return Path(os.environ.get("AI_L1_CACHE", "/var/cache/ai-l1")) / "sources"
 
 
+def field_problems(item: dict) -> list[str]:
+    """What is wrong with a source entry's version, url, checksums, licence and file name."""
+    file = str(item.get("file", ""))
+    checks = [
+        (str(item.get("version", "")).startswith("v"), "version must be the upstream tag (v...)"),
+        (str(item.get("url", "")).startswith("https://"), "url must be the upstream https URL of the release"),
+        (SHA_RE.match(str(item.get("sha256", ""))), "sha256 must be 64 lowercase hex digits"),
+        (COMMIT_RE.match(str(item.get("commit", ""))), "commit must be the tag's 40-digit commit"),
+        (item.get("licence"), "licence missing"),
+        (not file or FILE_RE.match(file), f"file must be a plain file name ({FILE_RE.pattern})"),
+    ]
+    return [message for ok, message in checks if not ok]
+
+
 def parse(data: object, where: str = "<sources>") -> dict[str, Source]:
     problems: list[str] = []
     items = data.get("sources") if isinstance(data, dict) else None
@@ -76,19 +91,8 @@ def parse(data: object, where: str = "<sources>") -> dict[str, Source]:
             problems.append(f"{at}: name must match {NAME_RE.pattern}")
         if name in result:
             problems.append(f"{at}: listed twice")
-        if not str(item.get("version", "")).startswith("v"):
-            problems.append(f"{at}: version must be the upstream tag (v...)")
-        if not str(item.get("url", "")).startswith("https://"):
-            problems.append(f"{at}: url must be the upstream https URL of the release")
-        if not SHA_RE.match(sha):
-            problems.append(f"{at}: sha256 must be 64 lowercase hex digits")
-        if not COMMIT_RE.match(commit):
-            problems.append(f"{at}: commit must be the tag's 40-digit commit")
-        if not item.get("licence"):
-            problems.append(f"{at}: licence missing")
+        problems += [f"{at}: {message}" for message in field_problems(item)]
         file = str(item.get("file", ""))
-        if file and not FILE_RE.match(file):
-            problems.append(f"{at}: file must be a plain file name ({FILE_RE.pattern})")
         builds = item.get("builds", [])
         if not isinstance(builds, list) or not all(isinstance(b, str) for b in builds):
             problems.append(f"{at}: builds must be a list of manifest artifact names")

@@ -120,3 +120,99 @@ def test_ascend_plugin_is_huaweis_daemonset_on_the_seeds_label(tmp_path):
                          k8s_device_plugins_ascend_use_ascend_docker=False)
     args = next(o for o in off if o["kind"] == "DaemonSet")["spec"]["template"]["spec"]["containers"][0]["args"][0]
     assert "-useAscendDocker=false" in args
+
+
+VALUES_PLAY = """
+- hosts: localhost
+  connection: local
+  gather_facts: false
+  vars_files: [{role}/defaults/main.yml, {role}/vars/main.yml]
+  tasks:
+    - ansible.builtin.copy:
+        dest: "{{{{ out }}}}"
+        content: "{{{{ {{'values': k8s_device_plugins__release_values if not k8s_device_plugins__release_missing
+                                 else None, 'missing': k8s_device_plugins__release_missing,
+                       'release': k8s_device_plugins__release,
+                       'waited': k8s_device_plugins__waited_nodes}} | to_json }}}}"
+        mode: "0600"
+"""
+RELEASE_IMAGES = {
+    "gpu-operator-image": "mirror:5000/nvidia/gpu-operator:v26.7.0",
+    "nvidia-device-plugin-image": "mirror:5000/nvidia/k8s-device-plugin:v0.20.0",
+    "k8s-mig-manager-image": "mirror:5000/nvidia/cloud-native/k8s-mig-manager:v0.15.0",
+    "dcgm-exporter-image": "mirror:5000/nvidia/k8s/dcgm-exporter:4.6.0-4.8.3-distroless",
+    "node-feature-discovery-image": "mirror:5000/nfd/node-feature-discovery:v0.19.0",
+    "hami-image": "mirror:5000/projecthami/hami:v2.10.0",
+    "hami-webhook-certgen-image": "mirror:5000/jettech/kube-webhook-certgen:v1.5.2",
+    "kube-scheduler-image": "mirror:5000/kube-scheduler:v1.34.4",
+}
+RELEASE_ARTIFACTS = {
+    **{name: {"image": image, "sha256": DIGEST} for name, image in RELEASE_IMAGES.items()},
+    "helm": {"version": "v3.22.0"}, "gpu-operator-chart": {"version": "v26.7.0"}, "hami-chart": {"version": "2.10.0"},
+}
+
+
+def release(tmp_path: Path, provider: str, **extra) -> dict:
+    (tmp_path / "values.yml").write_text(VALUES_PLAY.format(role=ROLE))
+    out = tmp_path / "values.json"
+    (tmp_path / "vars.json").write_text(json.dumps({
+        "out": str(out), "ansible_python_interpreter": sys.executable, "k8s_device_plugins_nvidia_provider": provider,
+        "k8s_device_plugins_gpu_nodes": ["gpu1"], "k8s_device_plugins_npu_nodes": ["npu1"],
+        "k8s_device_plugins_artifacts": RELEASE_ARTIFACTS, **extra}))
+    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,",
+                           str(tmp_path / "values.yml"), "-e", f"@{tmp_path / 'vars.json'}"],
+                          capture_output=True, text=True, check=False, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_gpu_operator_values_leave_driver_toolkit_and_dcgm_to_the_host_roles(tmp_path):
+    got = release(tmp_path, "gpu_operator", k8s_device_plugins_mig_strategy="mixed",
+                  k8s_device_plugins_time_slicing_replicas=2)
+    assert got["release"] == "gpu-operator" and got["missing"] == [] and got["waited"] == ["npu1", "gpu1"]
+    v = got["values"]
+    assert v["driver"] == {"enabled": False} and v["toolkit"] == {"enabled": False} and v["dcgm"] == {"enabled": False}
+    # Every image from the manifest entry, tag and digest (the operator builds repository/image:version).
+    assert v["operator"] == {"repository": "mirror:5000/nvidia", "image": "gpu-operator",
+                             "version": f"v26.7.0@{DIGEST}"}
+    assert v["validator"] == v["operator"]
+    assert v["migManager"]["repository"] == "mirror:5000/nvidia/cloud-native"
+    assert v["gfd"]["image"] == v["devicePlugin"]["image"] == "k8s-device-plugin"
+    assert v["node-feature-discovery"]["image"] == {"repository": "mirror:5000/nfd/node-feature-discovery",
+                                                    "tag": f"v0.19.0@{DIGEST}"}
+    # The seed's settings, as the chart spells them.
+    assert v["dcgmExporter"]["env"] == [{"name": "DCGM_EXPORTER_INTERVAL", "value": "5000"}]
+    assert v["dcgmExporter"]["serviceMonitor"] == {"enabled": True, "interval": "5s"}
+    assert v["migManager"]["config"] == {"default": "all-disabled"} and v["mig"] == {"strategy": "mixed"}
+    # The role's own config file (MIG strategy, time slicing) for the operator's device plugin.
+    config = yaml.safe_load(v["devicePlugin"]["config"]["data"]["config.yaml"])
+    assert config["flags"]["migStrategy"] == "mixed"
+    assert config["sharing"] == {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}
+    assert v["devicePlugin"]["config"]["name"] != "nvidia-device-plugin-config"  # the role's DaemonSet's, removed
+    fault = {"key": "ai-platform.io/fault", "operator": "Exists", "effect": "NoSchedule"}
+    assert fault in v["daemonsets"]["tolerations"]
+
+
+def test_hami_values_and_the_inventorys_values_on_top(tmp_path):
+    got = release(tmp_path, "hami", k8s_device_plugins_nvidia_release_values={
+        "devicePlugin": {"deviceSplitCount": 4}, "scheduler": {"service": {"type": "ClusterIP"}}})
+    assert got["release"] == "hami" and got["missing"] == []
+    v = got["values"]
+    assert v["scheduler"]["extender"]["image"] == {"registry": "mirror:5000", "repository": "projecthami/hami",
+                                                   "tag": f"v2.10.0@{DIGEST}"}
+    assert v["scheduler"]["kubeScheduler"]["image"]["repository"] == "kube-scheduler"
+    assert v["devicePlugin"]["nvidiaNodeSelector"] == {"accelerator": "nvidia"}  # the seed's label, not gpu=on
+    assert v["devicePlugin"]["disablecorelimit"] == "false"  # the seed's cores.enable
+    assert json.loads(v["devicePlugin"]["nodeConfiguration"]["config"]) == {"nodeconfig": []}
+    # merged, not replaced
+    assert v["devicePlugin"]["deviceSplitCount"] == 4 and v["devicePlugin"]["migStrategy"] == "none"
+    assert v["scheduler"]["service"] == {"type": "ClusterIP"} and "extender" in v["scheduler"]
+
+
+def test_a_release_names_what_it_lacks_and_rendering_only_waits_for_no_gpu_node(tmp_path):
+    got = release(tmp_path, "hami", k8s_device_plugins_nvidia_release_install=False,
+                  k8s_device_plugins_artifacts={"helm": {"version": "v3.22.0"}})
+    assert sorted(got["missing"]) == ["hami-chart", "hami-image", "hami-webhook-certgen-image", "kube-scheduler-image"]
+    assert got["waited"] == ["npu1"]
+    plain = release(tmp_path, "device_plugin", k8s_device_plugins_nvidia_release_install=False)
+    assert plain["values"] == {} and plain["missing"] == [] and plain["waited"] == ["npu1", "gpu1"]
