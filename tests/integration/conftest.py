@@ -1,7 +1,7 @@
 """Shared lab fixtures for the integration tests: ONE lab and ONE Kubernetes rollout per
 pytest session, shared by every test file (the rollout takes minutes; CI runs it once).
 
-- `lab_nodes`: the 6 lab nodes are up (`labctl up`, idempotent).
+- `lab_nodes`: the 7 lab nodes are up (`labctl up`, idempotent).
 - `k8s_cluster`: `playbooks/site.yml` has run once on the lab in this session (its output is
   `k8s_cluster.first_run`); every test that needs the API server takes this fixture.
 
@@ -11,7 +11,8 @@ an already converged lab, AI_L1_REUSE_LAB=1 skips the rollout when every node is
 
 Helpers for tests: `sh`, `playbook(args)` (the lab inventory, mitogen), `tail`, `recap`, `on(host, cmd)`,
 `kubectl_json(args)`, `wait_for(what, probe)`, `record(key, seconds)` (a measured figure, in TIMINGS),
-`kube_api(kubeconfig)` and `controller_kubectl(kubeconfig, args)` (the API from the controller).
+`kube_api(kubeconfig)` and `controller_kubectl(kubeconfig, args)` (the API from the controller),
+`server_dry_run(objects)` (the API server validates objects it does not store).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +53,7 @@ RECAP = re.compile(
     re.MULTILINE,
 )
 KUBECTL = "kubectl --kubeconfig /etc/kubernetes/admin.conf"
+_ADMIN_KUBECONFIG: Path | None = None
 # Figures the tests measure (printed with -s, kept here for the docs' benchmark tables).
 TIMINGS = REPO / ".cache" / "integration-timings.json"
 # The tests' playbook runs, the first rollout included, use the mitogen strategy (plugins/strategy:
@@ -132,6 +135,24 @@ def kubectl_json(args: str, host: str | None = None) -> dict:
     proc = on(host, f"{KUBECTL} {args} -o json")
     assert proc.returncode == 0, f"kubectl {args} on {host}:\n{tail(proc)}"
     return json.loads(proc.stdout)
+
+
+def admin_kubeconfig() -> Path:
+    """The lab's admin kubeconfig on the controller, read from the first control plane once a session."""
+    global _ADMIN_KUBECONFIG  # noqa: PLW0603 (one fetch per session)
+    if _ADMIN_KUBECONFIG is None or not _ADMIN_KUBECONFIG.exists():
+        from remediation_lab import fetch_kubeconfig  # noqa: PLC0415 (its helpers import nothing from here)
+
+        dest = Path(tempfile.mkdtemp(prefix="ai-l1-admin.")) / "admin.conf"
+        _ADMIN_KUBECONFIG = fetch_kubeconfig(LAB_INVENTORY, CONTROL_PLANES[0], dest)
+    return _ADMIN_KUBECONFIG
+
+
+def server_dry_run(objects: list[dict]) -> subprocess.CompletedProcess:
+    """kubectl apply --dry-run=server of the objects (from the controller): the API server validates each
+    against its schema, CRDs and admission, and stores nothing."""
+    return controller_kubectl(admin_kubeconfig(), "apply", "--dry-run=server", "-f", "-",
+                              stdin=yaml.safe_dump_all(objects))
 
 
 def not_ready_nodes(host: str | None = None) -> list[str]:

@@ -23,15 +23,12 @@ from __future__ import annotations
 import base64
 import json
 import shlex
-import subprocess
 import sys
 import time
 
 import pytest
 import yaml
 from conftest import (
-    CONTROL_PLANES,
-    KUBECTL,
     LAB_INVENTORY,
     REPO,
     group_hosts,
@@ -39,6 +36,7 @@ from conftest import (
     on,
     playbook,
     recap,
+    server_dry_run,
     sh,
     tail,
     wait_for,
@@ -264,15 +262,6 @@ print(json.dumps({{'put': code(lambda: c.put_object(Bucket='training-data', Key=
     assert result == {"put": "ok", "delete": "ok"}
 
 
-def dry_run(objects: list[dict]) -> subprocess.CompletedProcess:
-    """kubectl apply --dry-run=server of the objects on the first control plane."""
-    text = yaml.safe_dump_all(objects)
-    encoded = base64.b64encode(text.encode()).decode()
-    return on(CONTROL_PLANES[0], f"echo {encoded} | base64 -d > /tmp/it-storage.yml && "
-                                 f"{KUBECTL} apply --dry-run=server -f /tmp/it-storage.yml; rc=$?; "
-                                 "rm -f /tmp/it-storage.yml; exit $rc")
-
-
 def test_every_rendered_object_passes_server_side_validation(cluster, tmp_path):
     """What roles/k8s_storage renders for both backends (the unit tests' inputs), MinIO's included, except the
     Tenant itself: its CRD is MinIO's (AGPL, not here); its pool's claim template is validated as a PVC."""
@@ -290,7 +279,7 @@ def test_every_rendered_object_passes_server_side_validation(cluster, tmp_path):
     for o in checked:  # PVCs and Jobs go to the namespace that exists in the lab
         if o["kind"] in ("PersistentVolumeClaim", "Job"):
             o["metadata"]["namespace"] = "storage"
-    proc = dry_run(checked)
+    proc = server_dry_run(checked)
     assert proc.returncode == 0, tail(proc)
     assert proc.stdout.count("(server dry run)") == len(checked), proc.stdout
 
@@ -299,7 +288,7 @@ def test_a_broken_storageclass_is_refused_by_the_api(cluster, tmp_path):
     rendered, _ = storage_render.render(tmp_path)
     broken = next(o for o in rendered["objects"] if o["kind"] == "StorageClass")
     broken = {**broken, "metadata": {"name": "it-broken"}, "reclaimPolicy": "Sometimes"}
-    proc = dry_run([broken])
+    proc = server_dry_run([broken])
     assert proc.returncode != 0
     assert "reclaimPolicy" in proc.stdout + proc.stderr, tail(proc)
 
