@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import subprocess
 import time
 
 import pytest
@@ -40,10 +39,6 @@ A100 = "a100-sxm-80gb"
 @pytest.fixture(scope="module")
 def kube(k8s_cluster, tmp_path_factory):  # noqa: ARG001 (the cluster must be up)
     return kube_api(fetch_kubeconfig(LAB_INVENTORY, CONTROL_PLANES[0], tmp_path_factory.mktemp("q") / "admin.conf"))
-
-
-def kubectl(kube, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return controller_kubectl(kube.path, *args, stdin=stdin)
 
 
 def gang_job(name: str, namespace: str, queue: str, *, pods: int, gpus: int, sleep: int = 600) -> dict:
@@ -344,7 +339,7 @@ def test_the_controller_has_only_the_rights_it_needs(kube):
                                     ("delete", "clusterqueues.kueue.x-k8s.io", "yes"), ("delete", "pods", "no"),
                                     ("get", "secrets", "no"), ("delete", "gpuquotas.ai.internal", "no"),
                                     ("create", "queues.scheduling.volcano.sh", "no")):
-        proc = kubectl(kube, "auth", "can-i", verb, resource, "--as", sa, "-A")
+        proc = controller_kubectl(kube.path, "auth", "can-i", verb, resource, "--as", sa, "-A")
         assert proc.stdout.strip() == allowed, f"{verb} {resource}: {proc.stdout}{proc.stderr}"
 
 

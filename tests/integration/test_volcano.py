@@ -78,10 +78,6 @@ def kube(k8s_cluster, tmp_path_factory):  # noqa: ARG001 (the cluster must be up
     assert helm.returncode == 0, tail(helm)
 
 
-def kubectl(kube, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return controller_kubectl(kube.path, *args, stdin=stdin)
-
-
 def vcjob(name: str, namespace: str, queue: str, *, replicas: int, gpus: int, sleep: int = 600) -> dict:
     """The design document's gang job (roles/gpu_queues/examples/volcano-gang-job.yml) scaled to the
     lab: `replicas` trainers of `gpus` GPUs, one per node, minAvailable equal to the replicas."""
@@ -255,8 +251,8 @@ def test_a_gpuquota_with_the_volcano_backend_caps_its_queue(kube, jobs):
 
 def dry_run(kube, objects: list[dict]) -> subprocess.CompletedProcess:
     text = yaml.safe_dump_all(objects, sort_keys=False)
-    return kubectl(kube, "apply", "--dry-run=server", "--server-side", "--field-manager", "ai-l1-tests", "-f", "-",
-                   stdin=text)
+    return controller_kubectl(kube.path, "apply", "--dry-run=server", "--server-side", "--field-manager",
+                              "ai-l1-tests", "-f", "-", stdin=text)
 
 
 def sample_volcano_objects() -> list[dict]:
