@@ -201,7 +201,8 @@ def test_hami_values_and_the_inventorys_values_on_top(tmp_path):
     assert v["scheduler"]["extender"]["image"] == {"registry": "mirror:5000", "repository": "projecthami/hami",
                                                    "tag": f"v2.10.0@{DIGEST}"}
     assert v["scheduler"]["kubeScheduler"]["image"]["repository"] == "kube-scheduler"
-    assert v["devicePlugin"]["nvidiaNodeSelector"] == {"accelerator": "nvidia"}  # the seed's label, not gpu=on
+    # the seed's label; the chart's gpu=on removed (helm drops a key set to null)
+    assert v["devicePlugin"]["nvidiaNodeSelector"] == {"accelerator": "nvidia", "gpu": None}
     assert v["devicePlugin"]["disablecorelimit"] == "false"  # the seed's cores.enable
     assert json.loads(v["devicePlugin"]["nodeConfiguration"]["config"]) == {"nodeconfig": []}
     # merged, not replaced
