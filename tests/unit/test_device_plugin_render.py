@@ -15,6 +15,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "k8s_device_plugins"
+# One localhost play with the role's defaults and vars: writes the Jinja expression CONTENT to `out`.
 PLAY = """
 - hosts: localhost
   connection: local
@@ -23,22 +24,28 @@ PLAY = """
   tasks:
     - ansible.builtin.copy:
         dest: "{{{{ out }}}}"
-        content: "{{{{ lookup('ansible.builtin.template', '{role}/templates/' ~ template) }}}}"
+        content: "{{{{ {content} }}}}"
         mode: "0600"
 """
 DIGEST = "sha256:" + "ab" * 32
 
 
-def render_objects(tmp_path: Path, template: str, **extra) -> list[dict]:
-    (tmp_path / "play.yml").write_text(PLAY.format(role=ROLE))
-    out = tmp_path / "objects.yml"
+def run_play(tmp_path: Path, content: str, **extra) -> str:
+    """What the role's vars make of the Jinja expression `content`, rendered by ansible-playbook."""
+    (tmp_path / "play.yml").write_text(PLAY.format(role=ROLE, content=content))
+    out = tmp_path / "out"
     (tmp_path / "vars.json").write_text(json.dumps({"out": str(out), "ansible_python_interpreter": sys.executable,
-                                                    "template": template, **extra}))
+                                                    **extra}))
     proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,",
                            str(tmp_path / "play.yml"), "-e", f"@{tmp_path / 'vars.json'}"],
                           capture_output=True, text=True, check=False, cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return yaml.safe_load(out.read_text())
+    return out.read_text()
+
+
+def render_objects(tmp_path: Path, template: str, **extra) -> list[dict]:
+    return yaml.safe_load(run_play(tmp_path, f"lookup('ansible.builtin.template', '{ROLE}/templates/{template}')",
+                                   **extra))
 
 
 def render(tmp_path: Path, **extra) -> tuple[dict, dict]:
@@ -122,20 +129,10 @@ def test_ascend_plugin_is_huaweis_daemonset_on_the_seeds_label(tmp_path):
     assert "-useAscendDocker=false" in args
 
 
-VALUES_PLAY = """
-- hosts: localhost
-  connection: local
-  gather_facts: false
-  vars_files: [{role}/defaults/main.yml, {role}/vars/main.yml]
-  tasks:
-    - ansible.builtin.copy:
-        dest: "{{{{ out }}}}"
-        content: "{{{{ {{'values': k8s_device_plugins__release_values if not k8s_device_plugins__release_missing
-                                 else None, 'missing': k8s_device_plugins__release_missing,
-                       'release': k8s_device_plugins__release,
-                       'waited': k8s_device_plugins__waited_nodes}} | to_json }}}}"
-        mode: "0600"
-"""
+# The release's values (none while an artifact is missing), what is missing, the release and the waited nodes.
+RELEASE = ("{'values': k8s_device_plugins__release_values if not k8s_device_plugins__release_missing else None, "
+           "'missing': k8s_device_plugins__release_missing, 'release': k8s_device_plugins__release, "
+           "'waited': k8s_device_plugins__waited_nodes} | to_json")
 RELEASE_IMAGES = {
     "gpu-operator-image": "mirror:5000/nvidia/gpu-operator:v26.7.0",
     "nvidia-device-plugin-image": "mirror:5000/nvidia/k8s-device-plugin:v0.20.0",
@@ -153,17 +150,9 @@ RELEASE_ARTIFACTS = {
 
 
 def release(tmp_path: Path, provider: str, **extra) -> dict:
-    (tmp_path / "values.yml").write_text(VALUES_PLAY.format(role=ROLE))
-    out = tmp_path / "values.json"
-    (tmp_path / "vars.json").write_text(json.dumps({
-        "out": str(out), "ansible_python_interpreter": sys.executable, "k8s_device_plugins_nvidia_provider": provider,
-        "k8s_device_plugins_gpu_nodes": ["gpu1"], "k8s_device_plugins_npu_nodes": ["npu1"],
-        "k8s_device_plugins_artifacts": RELEASE_ARTIFACTS, **extra}))
-    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,",
-                           str(tmp_path / "values.yml"), "-e", f"@{tmp_path / 'vars.json'}"],
-                          capture_output=True, text=True, check=False, cwd=REPO)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(out.read_text())
+    return json.loads(run_play(tmp_path, RELEASE, **{
+        "k8s_device_plugins_nvidia_provider": provider, "k8s_device_plugins_gpu_nodes": ["gpu1"],
+        "k8s_device_plugins_npu_nodes": ["npu1"], "k8s_device_plugins_artifacts": RELEASE_ARTIFACTS, **extra}))
 
 
 def test_gpu_operator_values_leave_driver_toolkit_and_dcgm_to_the_host_roles(tmp_path):
