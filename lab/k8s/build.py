@@ -371,10 +371,11 @@ def build_archive_go(recipe: ArchiveRecipe, gover: str, jobs: int) -> dict:
     return {"component": recipe.component, "cached": False, **timings}
 
 
-# NVIDIA's device plugin (roles/k8s_device_plugins): cmd/nvidia-device-plugin as its Makefile builds
-# it (cgo: go-nvml loads libnvidia-ml.so.1 at run time through dlopen; the linker flags leave NVML's
-# symbols to that library), imaged as upstream's Dockerfile does: /usr/bin/nvidia-device-plugin, the
-# entrypoint, the NVIDIA_* environment. Debian base: the binary needs glibc.
+# NVIDIA's device plugin (roles/k8s_device_plugins): cmd/nvidia-device-plugin and
+# cmd/gpu-feature-discovery as its Makefile builds them (cgo: go-nvml loads libnvidia-ml.so.1 at run
+# time through dlopen; the linker flags leave NVML's symbols to that library), imaged as upstream's
+# Dockerfile does (one image for both): /usr/bin/nvidia-device-plugin, the entrypoint,
+# /usr/bin/gpu-feature-discovery, the NVIDIA_* environment. Debian base: the binaries need glibc.
 DEVICE_PLUGIN_INFO = "github.com/NVIDIA/k8s-device-plugin/internal/info"
 
 
@@ -395,7 +396,8 @@ def same_release(manifest: manifestlib.Manifest, artifact: str, source: str, ver
 
 def device_plugin_recipes() -> list[ArchiveRecipe]:
     return [ArchiveRecipe("nvidia-device-plugin", "k8s-device-plugin",
-                          {"nvidia-device-plugin": "./cmd/nvidia-device-plugin"},
+                          {"nvidia-device-plugin": "./cmd/nvidia-device-plugin",
+                           "gpu-feature-discovery": "./cmd/gpu-feature-discovery"},
                           ["'-extldflags=-Wl,--export-dynamic -Wl,--unresolved-symbols=ignore-in-object-files'",
                            f"-X {DEVICE_PLUGIN_INFO}.gitCommit={{commit}}",
                            f"-X {DEVICE_PLUGIN_INFO}.version={{version}}"],
@@ -405,7 +407,8 @@ def device_plugin_recipes() -> list[ArchiveRecipe]:
 def device_plugin_image_recipes(manifest: manifestlib.Manifest, bins: dict[str, Path], base: str) -> list[ImageRecipe]:
     version = same_release(manifest, "nvidia-device-plugin-image", "k8s-device-plugin")
     return [ImageRecipe("nvidia-device-plugin-image", "k8s-device-plugin", version,
-                        {"/usr/bin/nvidia-device-plugin": bins["nvidia-device-plugin"]}, ["nvidia-device-plugin"],
+                        {"/usr/bin/nvidia-device-plugin": bins["nvidia-device-plugin"],
+                         "/usr/bin/gpu-feature-discovery": bins["gpu-feature-discovery"]}, ["nvidia-device-plugin"],
                         base=base, env={"NVIDIA_DISABLE_REQUIRE": "true", "NVIDIA_VISIBLE_DEVICES": "all",
                                         "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"})]
 

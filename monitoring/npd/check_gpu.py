@@ -19,14 +19,28 @@ ConfigMap's check_gpu.py (monitoring/generate.py), is the collection's
 plugins/module_utils/accelerator_health.py followed by this file, because it runs with the
 node's python3, where the collection is not. The condition GPUError is set
 for a failed GPU; a degraded one (an XID in neither list) is named in the OK message.
+
+GPUHealthy (--node-condition, the L2 contract's Node condition): NPD sets a condition True only
+for a problem, so the healthy-is-True condition is written here, with NPD's own credentials
+(check_gpu.sh hands the ServiceAccount token and CA over: the check runs chrooted into the
+node's root): True with the OK message, False with the failure as reason GPUCardFailure,
+nothing when the check cannot tell. The Node is read from the API server's cache
+(resourceVersion=0) and patched only when the condition changes, so a fleet does not write
+a Node every invoke interval. A failed API call is reported on stderr; the exit code stays
+what NPD's GPUError needs.
 """
 
 import argparse
 import ctypes
+import datetime
+import json
+import os
 import re
 import shutil
+import ssl
 import subprocess
 import sys
+import urllib.request
 
 EXIT_OK, EXIT_PROBLEM, EXIT_UNKNOWN = 0, 1, 2
 
@@ -115,6 +129,51 @@ def ecc_view(libname):
         lib.nvmlShutdown()
 
 
+def api_request(method, path, body=None):
+    """One call to the API server as NPD's ServiceAccount (GPU_CHECK_API_TOKEN and _CA from
+    check_gpu.sh; GPU_CHECK_API_URL overrides the in-cluster address)."""
+    env = os.environ
+    base = env.get("GPU_CHECK_API_URL") or \
+        f"https://{env['KUBERNETES_SERVICE_HOST']}:{env.get('KUBERNETES_SERVICE_PORT', '443')}"
+    headers = {"Accept": "application/json"}
+    if env.get("GPU_CHECK_API_TOKEN"):
+        headers["Authorization"] = f"Bearer {env['GPU_CHECK_API_TOKEN']}"
+    data = None
+    if body is not None:
+        data = json.dumps(body).encode()
+        headers["Content-Type"] = "application/strategic-merge-patch+json"
+    context = ssl.create_default_context(cadata=env["GPU_CHECK_API_CA"]) if env.get("GPU_CHECK_API_CA") else None
+    request = urllib.request.Request(base + path, data=data, method=method, headers=headers)
+    with urllib.request.urlopen(request, timeout=5, context=context) as resp:  # noqa: S310 (the API server)
+        return json.loads(resp.read() or b"{}")
+
+
+def report_condition(kind, node, status, reason, message):
+    """Set the Node condition `kind` unless it already says the same; True when it was written."""
+    current = api_request("GET", f"/api/v1/nodes/{node}?resourceVersion=0")
+    conditions = {c.get("type"): c for c in (current.get("status") or {}).get("conditions") or []}
+    old = conditions.get(kind) or {}
+    if (old.get("status"), old.get("reason"), old.get("message")) == (status, reason, message):
+        return False
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    condition = {"type": kind, "status": status, "reason": reason, "message": message, "lastHeartbeatTime": now,
+                 "lastTransitionTime": now if old.get("status") != status else old.get("lastTransitionTime", now)}
+    api_request("PATCH", f"/api/v1/nodes/{node}/status", {"status": {"conditions": [condition]}})
+    return True
+
+
+def verdict(view, unknown):
+    """(exit code, message, the healthy condition's status and reason or None when unknown)."""
+    if view.state == FAILED:
+        return EXIT_PROBLEM, "; ".join(view.reasons_at(FAILED)), ("False", "GPUCardFailure")
+    if unknown:
+        return EXIT_UNKNOWN, "; ".join(unknown), None
+    if view.state == DEGRADED:
+        return (EXIT_OK, "GPUs have no XID or double-bit ECC errors that need service; degraded: "
+                + "; ".join(view.reasons_at(DEGRADED)), ("True", "GPUIsHealthy"))
+    return EXIT_OK, "GPUs have no XID or double-bit ECC errors", ("True", "GPUIsHealthy")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description="NPD GPU check (0 OK, 1 problem, 2 unknown)")
     parser.add_argument("--check", choices=("all", "xid", "ecc"), default="all")
@@ -122,6 +181,8 @@ def main(argv=None):
                         f"critical list, {','.join(map(str, CRITICAL_XIDS))})")
     parser.add_argument("--kernel-log", help="read kernel messages from this file")
     parser.add_argument("--nvml", default="libnvidia-ml.so.1", help="NVML library to load")
+    parser.add_argument("--node-condition", metavar="TYPE",
+                        help="also set this healthy-is-True condition on the Node NODE_NAME (e.g. GPUHealthy)")
     args = parser.parse_args(argv)
     try:
         codes = None if args.xid is None else {int(c) for c in args.xid.split(",") if c.strip()}
@@ -138,18 +199,14 @@ def main(argv=None):
             view.extend(check())
         except Unknown as exc:
             unknown.append(str(exc))
-    if view.state == FAILED:
-        print("; ".join(view.reasons_at(FAILED)))
-        return EXIT_PROBLEM
-    if unknown:
-        print("; ".join(unknown))
-        return EXIT_UNKNOWN
-    if view.state == DEGRADED:
-        print("GPUs have no XID or double-bit ECC errors that need service; degraded: "
-              + "; ".join(view.reasons_at(DEGRADED)))
-        return EXIT_OK
-    print("GPUs have no XID or double-bit ECC errors")
-    return EXIT_OK
+    code, message, healthy = verdict(view, unknown)
+    print(message)
+    if args.node_condition and healthy:
+        try:
+            report_condition(args.node_condition, os.environ["NODE_NAME"], *healthy, message)
+        except Exception as exc:  # noqa: BLE001 (GPUError, the exit code, must not depend on it)
+            print(f"setting {args.node_condition} failed: {exc}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

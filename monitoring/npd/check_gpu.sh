@@ -9,4 +9,11 @@ set -eu
 if [ -n "${GPU_CHECK_KERNEL_LOG:-}" ]; then
   set -- "$@" --kernel-log "$GPU_CHECK_KERNEL_LOG"
 fi
+# The Node condition GPUHealthy is written with this Pod's ServiceAccount, whose files the chroot
+# cannot see: handed over in the environment.
+sa=/var/run/secrets/kubernetes.io/serviceaccount
+if [ -r "$sa/token" ]; then
+  GPU_CHECK_API_TOKEN=$(cat "$sa/token") GPU_CHECK_API_CA=$(cat "$sa/ca.crt")
+  export GPU_CHECK_API_TOKEN GPU_CHECK_API_CA
+fi
 exec chroot /host /usr/bin/python3 - "$@" < /config/plugin/check_gpu.py

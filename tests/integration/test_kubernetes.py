@@ -40,6 +40,7 @@ from conftest import (
     record,
     sh,
     tail,
+    wait_for,
     wait_nodes_ready,
 )
 
@@ -192,6 +193,50 @@ def test_discovery_labels_are_on_the_gpu_and_npu_nodes(cluster):
         assert not extra, f"{host}: accelerator labels the hardware does not justify: {extra}"
     for host in CONTROL_PLANES:
         assert not any(k.startswith("accelerator") for k in nodes[host]), f"{host}: {nodes[host]}"
+
+
+# ---------------------------------------------------------------- topology policies (k8s_node)
+# The GPU nodes' kubelets run the inventory's Topology and CPU Manager policies (from the kubeadm
+# patch at join); a changed policy on a joined node is applied and the node's kubelet comes back
+# (the CPU Manager's checkpoint of the old policy removed), and the inventory's policy comes back
+# the same way. Read from the kubelet itself (/configz through the API server's node proxy).
+TOPOLOGY = yaml.safe_load((LAB_INVENTORY / "group_vars" / "gpu_nvidia" / "topology.yml").read_text())
+
+
+def kubelet_policies(host: str) -> tuple[str, str] | None:
+    proc = on(CONTROL_PLANES[0], f"{KUBECTL} get --raw /api/v1/nodes/{host}/proxy/configz")
+    if proc.returncode != 0:
+        return None
+    config = json.loads(proc.stdout)["kubeletconfig"]
+    return config.get("topologyManagerPolicy"), config.get("cpuManagerPolicy")
+
+
+def test_gpu_nodes_run_the_inventorys_topology_policies(cluster):
+    workers = INV["children"]["k8s_worker"]["children"]
+    want = (TOPOLOGY["k8s_node_topology_manager_policy"], TOPOLOGY["k8s_node_cpu_manager_policy"])
+    assert want != ("none", "none")
+    for host in group_hosts(workers["gpu_nvidia"]):
+        assert kubelet_policies(host) == want, host
+    for host in group_hosts(workers["npu_ascend"]):
+        assert kubelet_policies(host) == ("none", "none"), host
+
+
+def test_a_changed_policy_reaches_a_joined_nodes_kubelet(cluster):
+    host = group_hosts(INV["children"]["k8s_worker"]["children"]["gpu_nvidia"])[-1]
+    want = (TOPOLOGY["k8s_node_topology_manager_policy"], TOPOLOGY["k8s_node_cpu_manager_policy"])
+    runs = []
+    for policies in (("restricted", "none"), want):
+        t0 = time.monotonic()
+        proc = playbook(SITE, "--tags", "container_runtime", "--limit", host,
+                        "-e", f"k8s_node_topology_manager_policy={policies[0]}",
+                        "-e", f"k8s_node_cpu_manager_policy={policies[1]}")
+        runs.append(time.monotonic() - t0)
+        assert proc.returncode == 0, tail(proc, 80)
+        assert "Restart the kubelet with its new configuration" in proc.stdout
+        wait_for(f"{host}'s kubelet running {policies}", lambda p=policies: kubelet_policies(host) == p,
+                 timeout=120)
+    record("kubelet_policy_change_s", runs[0])
+    assert not wait_nodes_ready(timeout=120)
 
 
 # ---------------------------------------------------------------- inventory taints (k8s_worker)

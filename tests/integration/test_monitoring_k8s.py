@@ -269,6 +269,7 @@ def cleanup() -> None:
     for node in nvidia_nodes():
         on(node, ": > /var/log/kern.log")
         remove_condition(node, "GPUError")
+        remove_condition(node, "GPUHealthy")
 
 
 @pytest.fixture(scope="module")
@@ -565,6 +566,9 @@ def test_npd_reports_gpus_healthy(deployed):
     for node in nvidia_nodes():
         cond = wait_for(f"GPUError condition on {node}", lambda n=node: node_condition(n, "GPUError"), 120)
         assert cond["status"] == "False" and cond["reason"] == "GPUIsHealthy", cond
+        # The L2 contract's condition, written by the same check (monitoring/npd/check_gpu.py).
+        cond = wait_for(f"GPUHealthy condition on {node}", lambda n=node: node_condition(n, "GPUHealthy"), 120)
+        assert cond["status"] == "True" and cond["reason"] == "GPUIsHealthy", cond
 
 
 XID_79 = "NVRM: Xid (PCI:0000:47:00): 79, pid=0, GPU has fallen off the bus."
@@ -577,6 +581,9 @@ def npd_feishu_and_draining(nodes: list[str], isolated: str, sink: Sink, t0: flo
         cond = wait_for(f"NPD's GPUError True on {node}",
                         lambda n=node: (c := node_condition(n, "GPUError")).get("status") == "True" and c, 120, 3)
         assert cond["reason"] == "GPUCardFailure" and "79" in cond["message"], cond
+        healthy = node_condition(node, "GPUHealthy")
+        assert (healthy["status"], healthy["reason"]) == ("False", "GPUCardFailure"), healthy
+        assert "79" in healthy["message"], healthy
     hops["NPD condition"] = time.monotonic() - t0
 
     def delivered(text):

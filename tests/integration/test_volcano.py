@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import json
 import subprocess
 import time
 
@@ -221,6 +222,50 @@ def test_the_l2_pod_scheduled_by_volcano_runs(kube):
                    for e in events), [(e.reason, e.reporting_component, e.source.component) for e in events]
     finally:
         kube.core.delete_namespaced_pod("l2-volcano", "ai-platform", grace_period_seconds=0)
+
+
+NUMA = ("nodeinfo.volcano.sh", "v1alpha1")
+TOPOLOGY = yaml.safe_load((LAB_INVENTORY / "group_vars" / "gpu_nvidia" / "topology.yml").read_text())
+
+
+def exporter_numatopology(kube, node: str) -> dict:
+    """The Numatopology Volcano's resource exporter would publish for `node` (the exporter is a
+    separate project, not in the lab's source cache): the policies the node's kubelet reports
+    (/configz) and its CPUs, all on NUMA node 0 as on every lab node."""
+    proc = controller_kubectl(kube.path, "get", "--raw", f"/api/v1/nodes/{node}/proxy/configz")
+    assert proc.returncode == 0, proc.stderr
+    config = json.loads(proc.stdout)["kubeletconfig"]
+    cpus = int(kube.core.read_node(node).status.capacity["cpu"])
+    return {"apiVersion": "nodeinfo.volcano.sh/v1alpha1", "kind": "Numatopology", "metadata": {"name": node},
+            "spec": {"policies": {"CPUManagerPolicy": config.get("cpuManagerPolicy", "none"),
+                                  "TopologyManagerPolicy": config.get("topologyManagerPolicy", "none")},
+                     "numares": {"cpu": {"allocatable": f"0-{cpus - 1}", "capacity": cpus}},
+                     "cpuDetail": {str(c): {"numa": 0, "socket": 0, "core": c} for c in range(cpus)}}}
+
+
+def test_numaaware_places_a_numa_policy_task_where_the_node_runs_that_policy(kube, jobs):
+    """The scheduler's numaaware plugin is live: a Guaranteed task naming the GPU nodes' Topology
+    Manager policy gets no node while no node publishes its NUMA topology, then runs on the one
+    that does, whose kubelet (static CPU Manager, that policy) admits it."""
+    ns, policy = "ai-platform", TOPOLOGY["k8s_node_topology_manager_policy"]
+    job = vcjob("numa-1", ns, "ai-platform-team", replicas=1, gpus=1)
+    task = job["spec"]["tasks"][0]
+    task["topologyPolicy"] = policy
+    guaranteed = {"nvidia.com/gpu": 1, "cpu": "100m", "memory": "16Mi"}
+    task["template"]["spec"]["containers"][0]["resources"] = {"requests": guaranteed, "limits": guaranteed}
+    name = jobs(job)
+    pods = wait_for("numa-1's Pod created", lambda: job_pods(kube, ns, name))
+    assert pods[0].metadata.annotations.get("volcano.sh/numa-topology-policy") == policy
+    time.sleep(15)
+    assert [p for p in job_pods(kube, ns, name) if p.spec.node_name] == [], "placed without a node's NUMA topology"
+    kube.custom.create_cluster_custom_object(*NUMA, "numatopologies", exporter_numatopology(kube, "gpu1"))
+    try:
+        pod = wait_for("numa-1 running", lambda: running(kube, ns, name) and running(kube, ns, name)[0],
+                       timeout=180)
+        assert pod.spec.node_name == "gpu1"
+        assert pod.status.qos_class == "Guaranteed"
+    finally:
+        kube.custom.delete_cluster_custom_object(*NUMA, "numatopologies", "gpu1")
 
 
 def test_a_gpuquota_with_the_volcano_backend_caps_its_queue(kube, jobs):

@@ -11,9 +11,11 @@ device-plugin API and marks a GPU unhealthy on a critical XID event. Asserted he
   application XID (13) on another does not; the time from the event to the Node's change is printed;
 - the seed's 5.1.1 Pod, scaled to the lab (8 GPUs, the seed's nodeAffinity on accelerator-model
   and accelerator-count Gt 7, its NCCL env; CPU and memory scaled down, no volcano scheduler
-  or PVC in the lab), is scheduled onto an A100 node, runs, and sees in NVIDIA_VISIBLE_DEVICES
-  exactly 8 distinct UUIDs of that node's GPUs (nvidia-smi -L on the node), and in its
-  /etc/nccl.conf (a read-only host file mount) exactly what nccl_config wrote on that node;
+  or PVC in the lab) and mounting nothing, runs on gpu2, the node with the sample's runtime setup
+  (NVIDIA's runtime by default, CDI mode; gpu1 is cordoned meanwhile): the kubelet gave it 8
+  distinct GPUs of that node (its device checkpoint against nvidia-smi -L), the runtime applied
+  the CDI spec (NVIDIA_VISIBLE_DEVICES=void in the container, as NVIDIA's CDI mode leaves it), and
+  its /etc/nccl.conf is exactly what nccl_config wrote on that node, mounted by the spec;
 - a Pod asking for one GPU more than any node has stays Pending, and the scheduler says why;
 - time slicing through NVIDIA's plugin (`k8s_device_plugins_time_slicing_replicas: 4`): each A100
   node advertises 32, and 9 one-GPU Pods on one node all run, two of them on the same GPU;
@@ -24,8 +26,9 @@ device-plugin API and marks a GPU unhealthy on a critical XID event. Asserted he
   ASCEND_VISIBLE_DEVICES.
 
 The lab proves NVIDIA's plugin's discovery, allocation and health logic, the DaemonSet and
-scheduling; it does not prove a real driver, nor that the container runtime gives a container
-working GPUs (device nodes and libraries).
+scheduling, and the CDI spec's edits reaching the container (through the lab's stand-in of NVIDIA's
+runtime, which applies them as upstream's CDI mode does); it does not prove a real driver, nor that
+the container runtime gives a container working GPUs (a lab node has no device nodes).
 """
 
 from __future__ import annotations
@@ -74,14 +77,12 @@ def seed_pod(name: str, gpus: int) -> dict:
         "spec": {
             "restartPolicy": "Never",
             "containers": [{
+                # The workload image prints the file (the NCCL settings the node's CDI spec mounts).
                 "name": "vllm", "image": IMAGE, "args": ["/etc/nccl.conf"],
-                # the NCCL settings nccl_config wrote for this host (README: GPU workloads)
-                "volumeMounts": [{"name": "nccl-conf", "mountPath": "/etc/nccl.conf", "readOnly": True}],
                 "env": [{"name": "NCCL_IB_DISABLE", "value": "0"}, {"name": "NCCL_NET_GDR_LEVEL", "value": "3"}],
                 "resources": {"requests": {"nvidia.com/gpu": str(gpus), "cpu": "50m", "memory": "32Mi"},
                               "limits": {"nvidia.com/gpu": str(gpus), "cpu": "50m", "memory": "32Mi"}},
             }],
-            "volumes": [{"name": "nccl-conf", "hostPath": {"path": "/etc/nccl.conf", "type": "File"}}],
             "affinity": {
                 "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{
                     "matchExpressions": [
@@ -95,11 +96,11 @@ def seed_pod(name: str, gpus: int) -> dict:
     }
 
 
-def wait_pod(core, name: str, phases: tuple[str, ...], timeout: float = 180):
+def wait_pod(core, name: str, phases: tuple[str, ...], timeout: float = 180, namespace: str = NS):
     end = time.monotonic() + timeout
     pod = None
     while time.monotonic() < end:
-        pod = core.read_namespaced_pod(name, NS)
+        pod = core.read_namespaced_pod(name, namespace)
         if pod.status.phase in phases:
             return pod
         time.sleep(2)
@@ -131,6 +132,54 @@ def test_the_gpus_come_from_nvidias_plugin(core):
         assert "/k8s-device-plugin:v0.20.0@sha256:" in pod.spec.containers[0].image, pod.spec.containers[0].image
         log = core.read_namespaced_pod_log(pod.metadata.name, "kube-system")
         assert "Registered device plugin for 'nvidia.com/gpu' with Kubelet" in log, log[-3000:]
+
+
+def test_gpu_feature_discovery_from_the_plugins_release_reads_the_gpus(core):
+    """gpu-feature-discovery, built from the same release into the plugin's image, run once on an
+    A100 node as the plugin runs (the node's driver root, the plugin's config): its labels name what NVML reports. In
+    production NFD publishes them; the lab has no NFD, so the test reads GFD's output file."""
+    node, name = "gpu1", "gfd-oneshot"
+    from kubernetes import client  # noqa: PLC0415
+
+    plugin = client.AppsV1Api(core.api_client).read_namespaced_daemon_set("nvidia-device-plugin", "kube-system")
+    container = plugin.spec.template.spec.containers[0]
+    # The node's driver root and the plugin's config file (GFD reads the same file format), so
+    # beside the plugin, in its namespace.
+    shared = ("driver-root", "config")
+    volumes = [v for v in plugin.spec.template.spec.volumes if v.name in shared]
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name, namespace="kube-system"),
+        spec=client.V1PodSpec(
+            restart_policy="Never", node_selector={"kubernetes.io/hostname": node}, volumes=volumes,
+            containers=[client.V1Container(
+                name="gfd", image=container.image,
+                # GFD loads libnvidia-ml.so.1 from the library path, where NVIDIA's runtime puts the
+                # driver's libraries; on this node (hook mode, no driver in the lab) the node's own.
+                env=[*container.env, client.V1EnvVar(name="NODE_NAME", value_from=client.V1EnvVarSource(
+                    field_ref=client.V1ObjectFieldSelector(field_path="spec.nodeName"))),
+                     client.V1EnvVar(name="LD_LIBRARY_PATH", value="/driver-root/usr/lib/x86_64-linux-gnu")],
+                volume_mounts=[m for m in container.volume_mounts if m.name in shared],
+                # NVML named: `auto` finds no NVIDIA device nodes on a lab node and gives up.
+                command=["sh", "-c", "gpu-feature-discovery --oneshot --no-timestamp --output-file=/tmp/gfd "
+                         "--driver-root-ctr-path=/driver-root --device-discovery-strategy=nvml "
+                         "--use-node-feature-api=false "
+                         "&& cat /tmp/gfd"])]))
+    core.create_namespaced_pod("kube-system", pod)
+    try:
+        done = wait_pod(core, name, ("Succeeded", "Failed"), namespace="kube-system")
+        log = core.read_namespaced_pod_log(name, "kube-system")
+        assert done.status.phase == "Succeeded", log[-2000:]
+    finally:
+        core.delete_namespaced_pod(name, "kube-system", grace_period_seconds=0)
+    labels = dict(line.split("=", 1) for line in log.splitlines() if line.startswith("nvidia.com/"))
+    print("\n".join(f"{k}={v}" for k, v in sorted(labels.items())))
+    assert labels.get("nvidia.com/gpu.count") == str(len(node_uuids(node))), labels
+    assert labels.get("nvidia.com/gpu.product", "").startswith("NVIDIA-A100-SXM4-80GB"), labels
+    assert labels.get("nvidia.com/gpu.memory") == "81920", labels
+    # The scenario's driver 550.54.15 and its CUDA 12.4 driver API (the seed's A100 node).
+    assert labels.get("nvidia.com/cuda.driver-version.full") == "550.54.15", labels
+    assert labels.get("nvidia.com/cuda.runtime-version.full") == "12.4", labels
+    assert (labels.get("nvidia.com/gpu.family"), labels.get("nvidia.com/mig.capable")) == ("ampere", "true")
 
 
 def allocatable_gpus(core, node: str) -> int:
@@ -180,17 +229,38 @@ def test_a_critical_xid_takes_its_gpu_out_of_allocatable(core):
         restart_plugin(core, node)
 
 
-def test_seed_pod_runs_with_the_gpus_the_plugin_allocated(core):
-    core.create_namespaced_pod(NS, seed_pod("vllm-llama3-70b-8gpu", 8))
-    pod = wait_pod(core, "vllm-llama3-70b-8gpu", ("Succeeded", "Failed"))
+CDI_NODE = "gpu2"  # inventories/lab/hosts.yml: the sample's runtime setup
+
+
+def allocated_devices(node: str, pod_uid: str, resource: str = "nvidia.com/gpu") -> list[str]:
+    """The device IDs the kubelet gave the Pod, from its device-manager checkpoint on the node."""
+    proc = on(node, "cat /var/lib/kubelet/device-plugins/kubelet_internal_checkpoint")
+    assert proc.returncode == 0, tail(proc)
+    entries = json.loads(proc.stdout)["Data"]["PodDeviceEntries"] or []
+    return [d for e in entries if e["PodUID"] == pod_uid and e["ResourceName"] == resource
+            for ids in e["DeviceIDs"].values() for d in ids]
+
+
+def test_seed_pod_gets_its_gpus_and_the_nodes_nccl_settings_without_a_mount(core):
+    others = [n for n in A100_NODES if n != CDI_NODE]
+    for other in others:
+        core.patch_node(other, {"spec": {"unschedulable": True}})
+    try:
+        core.create_namespaced_pod(NS, seed_pod("vllm-llama3-70b-8gpu", 8))
+        pod = wait_pod(core, "vllm-llama3-70b-8gpu", ("Succeeded", "Failed"))
+    finally:
+        for other in others:
+            core.patch_node(other, {"spec": {"unschedulable": None}})
     assert pod.status.phase == "Succeeded", pod.status
     node = pod.spec.node_name
-    assert node in A100_NODES, node
+    assert node == CDI_NODE, node
+    given = allocated_devices(node, pod.metadata.uid)
+    assert len(given) == 8 and len(set(given)) == 8, given
+    assert sorted(given) == sorted(node_uuids(node)), (given, node)
     log = core.read_namespaced_pod_log("vllm-llama3-70b-8gpu", NS)
     env = dict(line.split("=", 1) for line in log.split("== devices")[0].splitlines()[1:] if "=" in line)
-    given = env.get("NVIDIA_VISIBLE_DEVICES", "").split(",")
-    assert len(given) == 8 and len(set(given)) == 8, f"NVIDIA_VISIBLE_DEVICES={env.get('NVIDIA_VISIBLE_DEVICES')!r}"
-    assert sorted(given) == sorted(node_uuids(node)), (given, node)
+    # NVIDIA's runtime in CDI mode replaced the plugin's device list with the spec's "void".
+    assert env.get("NVIDIA_VISIBLE_DEVICES") == "void", env.get("NVIDIA_VISIBLE_DEVICES")
     assert env.get("NCCL_IB_DISABLE") == "0" and env.get("NCCL_NET_GDR_LEVEL") == "3", env
     # NCCL reads /etc/nccl.conf: the Pod sees exactly what nccl_config discovered on its node
     host = on(node, "cat /etc/nccl.conf")

@@ -155,3 +155,112 @@ def test_wrapper_runs_the_check_in_the_node_root(tmp_path, fake_nvml_dir, shippe
         assert proc.returncode == 1 and "79" in proc.stdout, (proc.returncode, proc.stdout, proc.stderr)
     else:
         assert args[3:] == ["--check", "xid"], args
+
+
+# ------------------------------------------------------------- the GPUHealthy Node condition
+class FakeNodeAPI:
+    """The two calls the check makes for --node-condition: GET the Node (from the API server's
+    cache) and a strategic merge PATCH of its status; the patch is applied to the stored Node."""
+
+    def __init__(self, conditions=()):
+        import http.server  # noqa: PLC0415
+        import threading  # noqa: PLC0415
+
+        self.node = {"metadata": {"name": "gpu1"}, "status": {"conditions": list(conditions)}}
+        self.calls = []
+        api = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def reply(self, body):
+                data = json.dumps(body).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):  # noqa: N802
+                api.calls.append(("GET", self.path, self.headers.get("Authorization"), None))
+                self.reply(api.node)
+
+            def do_PATCH(self):  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                api.calls.append(("PATCH", self.path, self.headers.get("Content-Type"), body))
+                by_type = {c["type"]: c for c in api.node["status"]["conditions"]}
+                for cond in body["status"]["conditions"]:
+                    by_type[cond["type"]] = cond
+                api.node["status"]["conditions"] = list(by_type.values())
+                self.reply(api.node)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def condition(self, kind="GPUHealthy"):
+        return next((c for c in self.node["status"]["conditions"] if c["type"] == kind), None)
+
+    def close(self):
+        self.server.shutdown()
+
+
+@pytest.fixture
+def node_api():
+    api = FakeNodeAPI(conditions=[{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ok"}])
+    yield api
+    api.close()
+
+
+def check_with_condition(lib_dir, scenario, api_url, *args):
+    env = {"PATH": os.environ["PATH"], "LD_LIBRARY_PATH": str(lib_dir),
+           "AI_L1_FAKE_NVML_SCENARIO": str(SCENARIOS / scenario), "NODE_NAME": "gpu1",
+           "GPU_CHECK_API_URL": api_url, "GPU_CHECK_API_TOKEN": "npd-token"}
+    proc = subprocess.run([sys.executable, "-", "--node-condition", "GPUHealthy", *args], input=SHIPPED,
+                          capture_output=True, text=True, env=env, check=False, timeout=30)
+    return proc.returncode, proc.stdout.strip(), proc.stderr
+
+
+def test_a_healthy_node_gets_gpuhealthy_true_once(fake_nvml_dir, node_api, tmp_path):
+    log = tmp_path / "kern.log"
+    log.write_text("")
+    rc, out, _ = check_with_condition(fake_nvml_dir, "a100-8x-nvswitch-mig.conf", node_api.url,
+                                      "--kernel-log", str(log))
+    assert rc == 0
+    cond = node_api.condition()
+    assert (cond["status"], cond["reason"], cond["message"]) == ("True", "GPUIsHealthy", out)
+    assert node_api.condition("Ready")["reason"] == "KubeletReady"  # the other conditions stay
+    get, patch = node_api.calls
+    assert get[:3] == ("GET", "/api/v1/nodes/gpu1?resourceVersion=0", "Bearer npd-token")
+    assert patch[:3] == ("PATCH", "/api/v1/nodes/gpu1/status", "application/strategic-merge-patch+json")
+    # The next invocation finds it unchanged: a read, no write.
+    check_with_condition(fake_nvml_dir, "a100-8x-nvswitch-mig.conf", node_api.url, "--kernel-log", str(log))
+    assert [c[0] for c in node_api.calls] == ["GET", "PATCH", "GET"]
+
+
+def test_an_xid_turns_gpuhealthy_false_with_the_reason(fake_nvml_dir, node_api, tmp_path):
+    log = tmp_path / "kern.log"
+    log.write_text("")
+    check_with_condition(fake_nvml_dir, "a100-8x-nvswitch-mig.conf", node_api.url, "--kernel-log", str(log))
+    healthy_since = node_api.condition()["lastTransitionTime"]
+    rc, out, _ = check_with_condition(fake_nvml_dir, "a100-8x-nvswitch-mig.conf", node_api.url,
+                                      "--kernel-log", str(KERN_LOG))
+    assert rc == 1 and "XID 48,79" in out
+    cond = node_api.condition()
+    assert (cond["status"], cond["reason"], cond["message"]) == ("False", "GPUCardFailure", out)
+    assert cond["lastTransitionTime"] >= healthy_since
+
+
+def test_an_unknown_check_writes_no_condition(fake_nvml_dir, node_api):
+    rc, _, _ = check_with_condition(fake_nvml_dir, "no-driver.conf", node_api.url, "--check", "ecc")
+    assert rc == 2 and node_api.calls == []
+
+
+def test_an_unreachable_api_leaves_the_verdict_alone(fake_nvml_dir, tmp_path):
+    log = tmp_path / "kern.log"
+    log.write_text("")
+    rc, out, err = check_with_condition(fake_nvml_dir, "a100-8x-nvswitch-mig.conf", "http://127.0.0.1:9",
+                                        "--kernel-log", str(KERN_LOG))
+    assert rc == 1 and "XID 48,79" in out
+    assert "setting GPUHealthy failed" in err

@@ -345,11 +345,15 @@ def toolkit_pkgs(work: Path, out: Path) -> list[Path]:
     upstream = TOOLKIT_VERSION.rsplit("-", 1)[0]
     put(stage, "usr/bin/nvidia-ctk", text=(FILES / "nvidia-ctk").read_text().replace("@VERSION@", upstream),
         mode=0o755)
-    put(stage, "usr/bin/nvidia-container-runtime",
-        text='#!/bin/sh\n# Lab fake: the NVIDIA runtime shim hands every call to runc.\nexec runc "$@"\n', mode=0o755)
+    put(stage, "usr/bin/nvidia-container-runtime", FILES / "nvidia-container-runtime", mode=0o755)
+    # The package's default configuration (upstream's keys the lab runtime reads).
+    put(stage, "etc/nvidia-container-runtime/config.toml",
+        text='[nvidia-container-runtime]\nlog-level = "info"\nmode = "auto"\nruntimes = ["runc"]\n\n'
+             '  [nvidia-container-runtime.modes]\n\n    [nvidia-container-runtime.modes.cdi]\n'
+             '    default-kind = "nvidia.com/gpu"\n    spec-dirs = ["/etc/cdi", "/var/run/cdi"]\n')
     put(stage, "usr/bin/nvidia-cdi-hook", text="#!/bin/sh\nexit 0\n", mode=0o755)
     return [debrepo.build_deb(stage, control("nvidia-container-toolkit", TOOLKIT_VERSION,
-                                             "NVIDIA Container Toolkit", "python3"), out)]
+                                             "NVIDIA Container Toolkit", "python3, python3-yaml"), out)]
 
 
 def build() -> Path:

@@ -972,6 +972,21 @@ EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t d, int *majo
     return NVML_SUCCESS;
 }
 
+/* GPU fabric (NVLink multi-node, Hopper and later): an A100 has none, as the real driver says. */
+EXPORT nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t d, void *info)
+{
+    CHECK_DEV(d);
+    (void)info;
+    return NVML_ERROR_NOT_SUPPORTED;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t d, void *info)
+{
+    CHECK_DEV(d);
+    (void)info;
+    return NVML_ERROR_NOT_SUPPORTED;
+}
+
 /* ---- MIG ---- */
 EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned int *current, unsigned int *pending)
 {
