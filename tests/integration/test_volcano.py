@@ -244,14 +244,16 @@ def exporter_numatopology(kube, node: str) -> dict:
 
 
 def test_numaaware_places_a_numa_policy_task_where_the_node_runs_that_policy(kube, jobs):
-    """The scheduler's numaaware plugin is live: a Guaranteed task naming the GPU nodes' Topology
+    """The scheduler's numa-aware plugin is live: a Guaranteed task naming the GPU nodes' Topology
     Manager policy gets no node while no node publishes its NUMA topology, then runs on the one
     that does, whose kubelet (static CPU Manager, that policy) admits it."""
     ns, policy = "ai-platform", TOPOLOGY["k8s_node_topology_manager_policy"]
     job = vcjob("numa-1", ns, "ai-platform-team", replicas=1, gpus=1)
     task = job["spec"]["tasks"][0]
     task["topologyPolicy"] = policy
-    guaranteed = {"nvidia.com/gpu": 1, "cpu": "100m", "memory": "16Mi"}
+    # Whole CPUs: Volcano's admission refuses a NUMA policy for a fraction (the static CPU Manager
+    # gives whole CPUs exclusively; a lab node has 2, one of them reserved).
+    guaranteed = {"nvidia.com/gpu": 1, "cpu": "1", "memory": "16Mi"}
     task["template"]["spec"]["containers"][0]["resources"] = {"requests": guaranteed, "limits": guaranteed}
     name = jobs(job)
     pods = wait_for("numa-1's Pod created", lambda: job_pods(kube, ns, name))
