@@ -162,10 +162,11 @@ def test_publish_file_places_the_file_at_its_upstream_path(tmp_path, monkeypatch
 
 def test_the_device_plugin_image_and_its_source_archive_are_one_release(monkeypatch):
     manifest = lib.load()
-    bins = {"nvidia-device-plugin": Path("/x")}
+    bins = {"nvidia-device-plugin": Path("/x"), "gpu-feature-discovery": Path("/g")}
     [recipe] = build.device_plugin_image_recipes(manifest, bins, "base")
     assert (recipe.tag, recipe.entrypoint) == ("v0.20.0", ["nvidia-device-plugin"])
-    assert recipe.files == {"/usr/bin/nvidia-device-plugin": Path("/x")}
+    # One image for the plugin and gpu-feature-discovery, as upstream's Dockerfile builds it.
+    assert recipe.files == {"/usr/bin/nvidia-device-plugin": Path("/x"), "/usr/bin/gpu-feature-discovery": Path("/g")}
     manifest.get("nvidia-device-plugin-image").version = "v0.17.1"
     with pytest.raises(build.BuildError, match="v0.17.1 in artifacts/manifest.yml, the source archive .* v0.20.0"):
         build.device_plugin_image_recipes(manifest, bins, "base")
