@@ -54,8 +54,6 @@ IMAGE_PREFIX = "localhost/ai-l1-k8s"
 # Manifest artifacts (by name prefix) the lab does not build, and why. The lab's overlay has
 # no checksum for them, so a lab rollout that asked for one would be refused by name.
 NOT_BUILT = {
-    # Calico's node image needs cgo/eBPF toolchains; the lab's CNI is the bridge plugin.
-    "calico-": "production CNI, the lab runs k8s_cni_plugin: bridge",
     "ascend-device-plugin-": "not obtainable here; the lab runs the stand-in tests/hardware/device_plugin",
     "ceph-csi-": "refused by the Go module proxy; the lab validates the objects roles/k8s_storage renders",
     "juicefs-": "refused by the Go module proxy; the lab validates the objects roles/k8s_storage renders",
@@ -361,7 +359,10 @@ def build_archive_go(recipe: ArchiveRecipe, gover: str, jobs: int) -> dict:
         timings[name] = round(time.monotonic() - t1, 1)
         log(f"{recipe.component}: {name} built in {timings[name]}s")
     for name, path in recipe.keep.items():
-        shutil.copyfile(src / path, staging / name)
+        if (src / path).is_dir():
+            shutil.copytree(src / path, staging / name, symlinks=True)
+        else:
+            shutil.copyfile(src / path, staging / name)
     shutil.rmtree(bindir, ignore_errors=True)
     staging.rename(bindir)
     shutil.rmtree(src, ignore_errors=True)  # the archive stays in the source cache
@@ -454,6 +455,59 @@ def volcano_image_recipes(manifest: manifestlib.Manifest, bins: dict[str, Path],
 def ensure_volcano_webhook_base() -> str:
     """Debian minbase with what the release's gen-admission-secret.sh runs (upstream: alpine)."""
     return ensure_debian_base("volcano-webhook-base", ["openssl", "ca-certificates"])
+
+
+# Calico (roles/k8s_cni with k8s_cni_plugin: calico): calico-node, the CNI plugin and its installer,
+# kube-controllers, from the release archive with its go.mod (every dependency is on the module
+# proxy), as its Makefiles build them but with CGO off: felix then compiles its eBPF loader stub
+# (the release's libbpf_stub.go), so the eBPF data plane is out and the iptables/nftables one in.
+# No BGP daemon (bird) is built: the lab runs the VXLAN backend (calico_backend: vxlan), which
+# needs none. Imaged as the release's Dockerfiles do, on Debian instead of UBI: calico-node with
+# runit and the release's node/filesystem (start_runit, rc.local, the runit services), the CNI
+# image with /opt/cni/bin/install as entrypoint, kube-controllers behind its restart wrapper. The
+# release's manifests (calico.yaml: BGP; calico-vxlan.yaml: VXLAN) are kept for the mirror.
+CALICO_BUILDINFO = "github.com/projectcalico/calico/pkg/buildinfo"
+CALICO_NODE_BASE_PACKAGES = ["iptables", "ipset", "nftables", "iproute2", "conntrack", "kmod", "procps", "runit",
+                             "net-tools", "iputils-ping", "findutils"]
+CALICO_MANIFESTS = {"calico-manifest": "calico.yaml", "calico-vxlan-manifest": "calico-vxlan.yaml"}
+
+
+def calico_recipes() -> list[ArchiveRecipe]:
+    ldflags = [f"-X {CALICO_BUILDINFO}.Version={{version}}", f"-X {CALICO_BUILDINFO}.GitRevision={{commit}}"]
+    return [ArchiveRecipe("calico", "calico",
+                          {"calico-node": "./node/cmd/calico-node",
+                           "calico-cni": "./cni-plugin/cmd/calico",
+                           "calico-cni-install": "./cni-plugin/cmd/install",
+                           "calico-kube-controllers": "./kube-controllers/cmd/kube-controllers",
+                           "calico-check-status": "./kube-controllers/cmd/check-status",
+                           "calico-wrapper": "./kube-controllers/cmd/wrapper"},
+                          ldflags, vendored=False,
+                          keep={"calico-node-filesystem": "node/filesystem",
+                                **{f: f"manifests/{f}" for f in CALICO_MANIFESTS.values()}})]
+
+
+def calico_image_recipes(manifest: manifestlib.Manifest, bins: dict[str, Path], node_base: str) -> list[ImageRecipe]:
+    fs = bins["calico-node-filesystem"]
+    node_files = {**tree_files("/etc", fs / "etc"), **tree_files("/usr/sbin", fs / "sbin"),
+                  "/usr/bin/calico-node": bins["calico-node"]}
+    return [
+        ImageRecipe("calico-node-image", "calico-node", same_release(manifest, "calico-node-image", "calico"),
+                    node_files, ["/usr/sbin/start_runit"], base=node_base, env={"SVDIR": "/etc/service/enabled"}),
+        ImageRecipe("calico-cni-image", "calico-cni", same_release(manifest, "calico-cni-image", "calico"),
+                    {"/opt/cni/bin/calico": bins["calico-cni"], "/opt/cni/bin/install": bins["calico-cni-install"]},
+                    ["/opt/cni/bin/install"], links={"/opt/cni/bin/calico-ipam": "calico"}),
+        ImageRecipe("calico-kube-controllers-image", "calico-kube-controllers",
+                    same_release(manifest, "calico-kube-controllers-image", "calico"),
+                    {"/usr/bin/kube-controllers": bins["calico-kube-controllers"],
+                     "/usr/bin/check-status": bins["calico-check-status"],
+                     "/usr/bin/wrapper": bins["calico-wrapper"]},
+                    ["/usr/bin/wrapper", "/usr/bin/kube-controllers"], user="999"),
+    ]
+
+
+def calico_manifest_files(manifest: manifestlib.Manifest, bins: dict[str, Path]) -> dict[str, dict]:
+    return {artifact: {"version": same_release(manifest, artifact, "calico"), "path": str(bins[f])}
+            for artifact, f in CALICO_MANIFESTS.items()}
 
 
 # ---------------------------------------------------------------- recipes from the manifest
@@ -1087,7 +1141,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 (the build's st
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", action="append",
                         choices=["kubernetes", "etcd", "coredns", "cni-plugins", *MONITORING_COMPONENTS, "kueue",
-                                 "stargz-snapshotter", "nvidia-device-plugin", "volcano",
+                                 "stargz-snapshotter", "nvidia-device-plugin", "volcano", "calico",
                                  *BENCH_COMPONENTS],
                         help="build only these Go components (no images, no record); the benchmark tools "
                              f"({', '.join(BENCH_COMPONENTS)}) are built this way only")
@@ -1104,7 +1158,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 (the build's st
             recipes = {r.component: r for r in [*go_recipes(v), *monitoring_recipes(manifest),
                                                  *queue_recipes(manifest), *storage_recipes(manifest),
                                                  *(bench_go_recipes() if args.only else [])]}
-            archive_recipes = [*device_plugin_recipes(), *volcano_recipes()]
+            archive_recipes = [*device_plugin_recipes(), *volcano_recipes(), *calico_recipes()]
             results = []
             for name, recipe in recipes.items():
                 if args.only and name not in args.only:
@@ -1131,6 +1185,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 (the build's st
                        *((r, build_image(r)) for r in device_plugin_image_recipes(manifest, bins, base)),
                        *((r, build_image(r)) for r in volcano_image_recipes(manifest, bins,
                                                                              ensure_volcano_webhook_base())),
+                       *((r, build_image(r)) for r in calico_image_recipes(
+                           manifest, bins, ensure_debian_base("calico-node-base", CALICO_NODE_BASE_PACKAGES))),
                        build_receiver(manifest), build_gpuquota_controller(manifest)]
             record = {"arch": ARCH, "versions": v, "artifacts": {},
                       # Lab tooling run by lab/mirror/mirror.py (the eStargz converter).
@@ -1142,6 +1198,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 (the build's st
                 record["artifacts"][name] = {"version": v["kubernetes"], "path": str(bins[name])}
             for name, path in archives.items():
                 record["artifacts"][name] = {"version": manifest.get(name).version, "path": str(path)}
+            record["artifacts"].update(calico_manifest_files(manifest, bins))
             for recipe, _ in images:
                 if recipe.artifact not in record["lab_images"]:
                     record["artifacts"][recipe.artifact] = {"version": recipe.tag, "image": recipe.ref}

@@ -37,6 +37,7 @@ LAYERS = {
     "node_labels.yml": "labels",
     "device_plugins.yml": "device_plugins",
     "queues.yml": "queues",
+    "network.yml": "network",
     "monitoring.yml": "monitoring",
     "storage.yml": "storage",
 }

@@ -1,0 +1,83 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, ai_platform L1 contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Filter ai_platform.l1.calico_manifest: Calico's release manifest, set up for this cluster.
+
+Docs in calico_manifest.yml. The release manifest is applied as released, except for what its own
+comments tell an installer to edit (the pool, the encapsulation, the address detection) and the
+images, which come from the site's mirror by digest.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+
+from ansible.errors import AnsibleFilterError
+
+# Image repository in the release manifest -> key of the `images` option.
+CALICO_IMAGES = {'calico/node': 'node', 'calico/cni': 'cni', 'calico/kube-controllers': 'kube-controllers'}
+ENCAPSULATION = ('Always', 'CrossSubnet', 'Never')
+
+
+def _image_key(ref):
+    name = ref.split('@', 1)[0].rsplit(':', 1)[0]  # drop digest and tag
+    for repo, key in CALICO_IMAGES.items():
+        if name == repo or name.endswith('/' + repo):
+            return key
+    return None
+
+
+def _set_env(container, name, value):
+    env = container.setdefault('env', [])
+    for item in env:
+        if item.get('name') == name:
+            item.pop('valueFrom', None)
+            item['value'] = value
+            return
+    env.append({'name': name, 'value': value})
+
+
+def calico_manifest(documents, images, pool_cidr, *, encapsulation='CrossSubnet', autodetect='kubernetes-internal-ip',
+                    block_size=None):
+    """The manifest's objects with the mirror's images, the pool and the encapsulation set."""
+    if not isinstance(images, Mapping) or set(images) != set(CALICO_IMAGES.values()):
+        raise AnsibleFilterError('calico_manifest: images must name exactly %s, got %s'
+                                 % (', '.join(sorted(CALICO_IMAGES.values())), sorted(images or {})))
+    if encapsulation not in ENCAPSULATION:
+        raise AnsibleFilterError('calico_manifest: encapsulation must be one of %s, got %r'
+                                 % (', '.join(ENCAPSULATION), encapsulation))
+    if not pool_cidr or '/' not in str(pool_cidr):
+        raise AnsibleFilterError('calico_manifest: pool_cidr must be a CIDR (the cluster pod network), got %r'
+                                 % (pool_cidr,))
+    objects = [copy.deepcopy(d) for d in documents if d]
+    backend = None
+    node = None
+    for obj in objects:
+        if obj.get('kind') == 'ConfigMap' and obj.get('metadata', {}).get('name') == 'calico-config':
+            backend = obj.get('data', {}).get('calico_backend')
+        pod = obj.get('spec', {}).get('template', {}).get('spec', {})
+        for container in pod.get('initContainers', []) + pod.get('containers', []):
+            key = _image_key(container.get('image', ''))
+            if key is None and 'calico/' in container.get('image', ''):
+                raise AnsibleFilterError('calico_manifest: no mirror image for %s' % container['image'])
+            if key:
+                container['image'] = images[key]
+            if obj.get('kind') == 'DaemonSet' and container.get('name') == 'calico-node':
+                node = container
+    if node is None or backend is None:
+        raise AnsibleFilterError('calico_manifest: not a Calico manifest (no calico-node DaemonSet or calico-config)')
+    _set_env(node, 'CALICO_IPV4POOL_CIDR', str(pool_cidr))
+    # The backend decides the encapsulation: BGP (bird) peers route unencapsulated or with IP-in-IP,
+    # the VXLAN backend has no BGP daemon, so VXLAN is its only way across subnets.
+    _set_env(node, 'CALICO_IPV4POOL_VXLAN', encapsulation if backend == 'vxlan' else 'Never')
+    _set_env(node, 'CALICO_IPV4POOL_IPIP', encapsulation if backend != 'vxlan' else 'Never')
+    _set_env(node, 'IP_AUTODETECTION_METHOD', autodetect)
+    if block_size is not None:
+        _set_env(node, 'CALICO_IPV4POOL_BLOCK_SIZE', str(block_size))
+    return objects
+
+
+class FilterModule(object):
+    def filters(self):
+        return {'calico_manifest': calico_manifest}
