@@ -5,11 +5,17 @@ detection, refuses what it cannot redirect, and leaves every other field as rele
 from __future__ import annotations
 
 import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+import yaml
 from ansible.errors import AnsibleFilterError
 from ansible_collections.ai_platform.l1.plugins.filter.calico_manifest import FilterModule, calico_manifest
 
+REPO = Path(__file__).resolve().parents[2]
 IMAGES = {'node': 'mirror:5000/calico/node:v3.32.1@sha256:aa',
           'cni': 'mirror:5000/calico/cni:v3.32.1@sha256:bb',
           'kube-controllers': 'mirror:5000/calico/kube-controllers:v3.32.1@sha256:cc'}
@@ -109,3 +115,23 @@ def test_refusals(change, args, message):
 
 def test_registered():
     assert FilterModule().filters()['calico_manifest'] is calico_manifest
+
+
+def test_through_ansible_the_changes_are_kept(tmp_path):
+    """Ansible hands filters lazy containers (2.19): edits made through them must reach the output."""
+    manifest = tmp_path / "calico.yaml"
+    manifest.write_text(yaml.safe_dump_all(release()))
+    play = tmp_path / "play.yml"
+    play.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": [{
+        "ansible.builtin.copy": {
+            "dest": str(tmp_path / "out.json"),
+            "content": "{{ lookup('ansible.builtin.file', '%s') | ansible.builtin.from_yaml_all | list"
+                       " | ai_platform.l1.calico_manifest(images, '10.244.0.0/16') | to_json }}" % manifest},
+        "vars": {"images": IMAGES}}]}]))
+    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+                           str(play), "-e", f"ansible_python_interpreter={sys.executable}"],
+                          capture_output=True, text=True, check=False, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    out = json.loads((tmp_path / "out.json").read_text())
+    assert images(out) == [IMAGES['cni'], IMAGES['cni'], IMAGES['node'], IMAGES['node'], IMAGES['kube-controllers']]
+    assert env(out)['CALICO_IPV4POOL_CIDR'] == '10.244.0.0/16'

@@ -10,7 +10,7 @@ images, which come from the site's mirror by digest.
 
 from __future__ import annotations
 
-import copy
+import json
 from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
@@ -50,7 +50,9 @@ def calico_manifest(documents, images, pool_cidr, *, encapsulation='CrossSubnet'
     if not pool_cidr or '/' not in str(pool_cidr):
         raise AnsibleFilterError('calico_manifest: pool_cidr must be a CIDR (the cluster pod network), got %r'
                                  % (pool_cidr,))
-    objects = [copy.deepcopy(d) for d in documents if d]
+    # Plain copies: Ansible hands a filter lazy containers, whose nested values are fresh copies on
+    # every access, so an edit made through them would be lost.
+    objects = [json.loads(json.dumps(d)) for d in documents if d]
     backend = None
     node = None
     for obj in objects:

@@ -1,0 +1,213 @@
+"""The seed's network layer on the lab (issue 33): Calico is the pod network and enforces the seed's
+NetworkPolicies (4.4.3, roles/network_policies), proven with traffic.
+
+Calico v3.32.1 runs as the lab's CNI, built from its release archive (lab/k8s/build.py) and applied
+from the release's calico-vxlan.yaml by roles/k8s_cni, every pod packet between nodes in VXLAN
+(k8s_cni_calico_encapsulation: Always). Pods here run the lab's python3 image: each server listens
+on TCP 443, 8443, 29500 (an NCCL-style port) and answers UDP on 29501; a check connects from inside
+another Pod (kubectl exec) and reports whether the server answered.
+
+Asserted, each with the traffic that would show the opposite:
+- calico-node is ready on every node, pod traffic between nodes goes through vxlan.calico;
+- GPU Pods (accelerator=nvidia) of the training namespace reach each other on arbitrary TCP and
+  UDP ports, across nodes;
+- a Pod of a namespace without purpose=training cannot reach a GPU Pod, a Pod of another
+  purpose=training namespace can;
+- a GPU Pod still resolves names (DNS), reaches the API server and port 443 anywhere, and cannot
+  reach another port outside the training namespaces (its egress is confined);
+- block-external-gpu-access admits the monitoring namespace and the management network (a node)
+  and refuses a Pod of another namespace. The target is a plain Pod labelled app=gpu-operator,
+  standing in for the operator's Pods: the policy selects by that label only.
+A policy that the API accepted but Calico did not enforce fails the refusal checks.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import time
+
+import pytest
+import yaml
+from conftest import LAB_INVENTORY, admin_kubeconfig, controller_kubectl, kubectl_json, on, wait_for
+
+IMAGE = "10.89.100.1:5000/ai-l1-lab/python3-debian:bookworm"
+NET_VARS = yaml.safe_load((LAB_INVENTORY / "group_vars" / "all" / "network.yml").read_text())
+TRAINING = NET_VARS["network_policies_training_namespaces"][0]
+OUTSIDER, PEER_TEAM, MONITORING, OPERATOR_NS = "net-outsider", "net-peer-team", "monitoring", "kube-system"
+
+SERVER = textwrap.dedent("""
+    import socket, threading
+    def tcp(port):
+        s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("", port)); s.listen(16)
+        while True:
+            c, _ = s.accept(); c.sendall(b"ok"); c.close()
+    for p in (443, 8443, 29500):
+        threading.Thread(target=tcp, args=(p,), daemon=True).start()
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(("", 29501))
+    while True:
+        data, peer = u.recvfrom(64); u.sendto(b"ok", peer)
+""")
+# argv: host port tcp|udp|connect|dns -> exit 0 when the server answered "ok" within 3 s (tcp, udp),
+# accepted the connection (connect: a server that speaks first, such as TLS, waits for us), or the
+# name resolved (dns).
+CLIENT = textwrap.dedent("""
+    import socket, sys
+    host, port, kind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    try:
+        if kind == "dns":
+            socket.getaddrinfo(host, port); sys.exit(0)
+        if kind == "udp":
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(3)
+            s.sendto(b"x", (host, port)); sys.exit(0 if s.recv(64) == b"ok" else 1)
+        s = socket.create_connection((host, port), timeout=3)
+        sys.exit(0 if kind == "connect" or s.recv(2) == b"ok" else 1)
+    except OSError as exc:
+        print(exc); sys.exit(1)
+""")
+
+
+def pod(namespace: str, name: str, node: str, labels: dict | None = None, host_network: bool = False) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace,
+                         "labels": {"ai-l1-test": "network", **(labels or {})}},
+            "spec": {"nodeSelector": {"kubernetes.io/hostname": node}, "hostNetwork": host_network,
+                     "tolerations": [{"operator": "Exists"}], "terminationGracePeriodSeconds": 0,
+                     "containers": [{"name": "net", "image": IMAGE, "command": ["python3", "-c", SERVER]}]}}
+
+
+PODS = [
+    pod(TRAINING, "gpu-a", "gpu1", {"accelerator": "nvidia"}),
+    pod(TRAINING, "gpu-b", "gpu2", {"accelerator": "nvidia"}),
+    pod(OUTSIDER, "client", "gpu2"),
+    pod(OUTSIDER, "server", "gpu1"),
+    pod(PEER_TEAM, "client", "gpu2"),
+    pod(MONITORING, "net-client", "gpu2"),
+    pod(OPERATOR_NS, "net-policy-target", "gpu1", {"app": "gpu-operator"}),
+]
+
+
+def kubectl(*args: str, stdin: str | None = None):
+    return controller_kubectl(admin_kubeconfig(), *args, stdin=stdin)
+
+
+@pytest.fixture(scope="module")
+def pods(k8s_cluster):  # noqa: ARG001 (the cluster is up)
+    namespaces = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OUTSIDER}},
+                  {"apiVersion": "v1", "kind": "Namespace",
+                   "metadata": {"name": PEER_TEAM, "labels": {"purpose": "training"}}},
+                  {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": MONITORING}}]
+    applied = kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all([*namespaces, *PODS]))
+    assert applied.returncode == 0, applied.stderr
+    ips = {}
+
+    def ready():
+        for p in PODS:
+            ns, name = p["metadata"]["namespace"], p["metadata"]["name"]
+            got = kubectl("get", "pod", "-n", ns, name, "-o", "json")
+            if got.returncode != 0:
+                return None
+            obj = json.loads(got.stdout)
+            if not any(c["type"] == "Ready" and c["status"] == "True" for c in obj["status"].get("conditions", [])):
+                return None
+            ips[(ns, name)] = obj["status"]["podIP"]
+        return ips
+
+    wait_for("the network test Pods to run", ready, timeout=240)
+    yield ips
+    for p in PODS:
+        kubectl("delete", "pod", "-n", p["metadata"]["namespace"], p["metadata"]["name"], "--wait=false")
+    kubectl("delete", "namespace", OUTSIDER, PEER_TEAM, "--wait=false")
+
+
+def reach(src: tuple[str, str], host: str, port: int, kind: str = "tcp") -> bool:
+    proc = kubectl("exec", "-n", src[0], src[1], "--", "python3", "-c", CLIENT, host, str(port), kind)
+    return proc.returncode == 0
+
+
+def test_calico_is_the_pod_network_on_every_node(k8s_cluster):
+    ds = kubectl_json("get daemonset -n kube-system calico-node")
+    assert ds["status"]["numberReady"] == ds["status"]["desiredNumberScheduled"] == \
+        len(k8s_cluster.control_planes) + len(k8s_cluster.workers)
+    images = {c["image"] for c in ds["spec"]["template"]["spec"]["containers"]}
+    assert all(i.startswith("10.89.100.1:5000/calico/node:v3.32.1@sha256:") for i in images), images
+    env = {e["name"]: e.get("value") for e in ds["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["CALICO_IPV4POOL_VXLAN"] == "Always" and env["CALICO_IPV4POOL_IPIP"] == "Never"
+    pools = kubectl_json("get ippools.crd.projectcalico.org")["items"]
+    assert [(p["spec"]["cidr"], p["spec"]["vxlanMode"]) for p in pools] == [("10.244.0.0/16", "Always")]
+    links = on("gpu1", "ip -d link show vxlan.calico")
+    assert links.returncode == 0 and "vxlan id" in links.stdout, links.stdout + links.stderr
+
+
+def test_gpu_pods_talk_on_any_port_across_nodes(pods):
+    a = pods[(TRAINING, "gpu-a")]
+    assert reach((TRAINING, "gpu-b"), a, 29500), "GPU Pod to GPU Pod, TCP 29500 (NCCL)"
+    assert reach((TRAINING, "gpu-b"), a, 29501, "udp"), "GPU Pod to GPU Pod, UDP 29501"
+    # The packet crossed nodes in the tunnel: gpu2's vxlan.calico counted it.
+    tx = on("gpu2", "cat /sys/class/net/vxlan.calico/statistics/tx_packets")
+    assert tx.returncode == 0 and int(tx.stdout.strip()) > 0, tx.stdout + tx.stderr
+
+
+def test_a_namespace_without_purpose_training_cannot_reach_a_gpu_pod(pods):
+    a = pods[(TRAINING, "gpu-a")]
+    # The same client reaches an unconfined Pod on the same node as the GPU Pod: the network works.
+    assert reach((OUTSIDER, "client"), pods[(OUTSIDER, "server")], 8443)
+    assert not reach((OUTSIDER, "client"), a, 29500), "gpu-pod-isolation is not enforced (TCP)"
+    assert not reach((OUTSIDER, "client"), a, 29501, "udp"), "gpu-pod-isolation is not enforced (UDP)"
+    assert reach((PEER_TEAM, "client"), a, 29500), "a purpose=training namespace is refused"
+
+
+def test_gpu_pod_egress_keeps_dns_the_api_and_https_only(pods):
+    src = (TRAINING, "gpu-a")
+    outsider = pods[(OUTSIDER, "server")]
+    assert reach(src, "kubernetes.default.svc.cluster.local", 443, "dns"), "DNS refused"
+    assert reach(src, "10.96.0.1", 443, "connect"), "the API server (Service 443 -> 6443) refused"
+    assert reach(src, outsider, 443), "HTTPS (443) to another namespace refused"
+    assert not reach(src, outsider, 8443), "egress to another port outside training namespaces is not confined"
+
+
+def test_gpu_operator_admits_only_its_sources(pods):
+    target = pods[(OPERATOR_NS, "net-policy-target")]
+    assert reach((MONITORING, "net-client"), target, 8443), "the monitoring namespace is refused"
+    assert not reach((OUTSIDER, "client"), target, 8443), "block-external-gpu-access is not enforced"
+    # The management network: from the target's own node (its address, 10.89.100.21, is the source).
+    probe = on("gpu1", f"python3 -c '{CLIENT}' {target} 8443 tcp")
+    assert probe.returncode == 0, f"the management network is refused: {probe.stdout}{probe.stderr}"
+
+
+def test_the_policies_are_the_seeds_fixed(k8s_cluster):  # noqa: ARG001
+    iso = kubectl_json(f"get networkpolicy -n {TRAINING} gpu-pod-isolation")["spec"]
+    assert iso["podSelector"]["matchExpressions"] == [
+        {"key": "accelerator", "operator": "In", "values": ["nvidia", "huawei-ascend"]}]
+    assert iso["policyTypes"] == ["Ingress", "Egress"]
+    nccl = iso["egress"][1]
+    assert "ports" not in nccl, "the seed's port 0 must become every port"
+    assert {(p["port"], p["protocol"]) for p in iso["egress"][0]["ports"]} == {
+        (443, "TCP"), (6443, "TCP"), (53, "UDP"), (53, "TCP")}
+    assert "to" not in iso["egress"][0]
+    ns = kubectl_json(f"get namespace {TRAINING}")
+    assert ns["metadata"]["labels"]["purpose"] == "training"
+    block = kubectl_json(f"get networkpolicy -n {OPERATOR_NS} block-external-gpu-access")["spec"]
+    assert block["ingress"][0]["from"] == [
+        {"ipBlock": {"cidr": c}} for c in NET_VARS["network_policies_gpu_operator_cidrs"]] + [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": MONITORING}}}]
+
+
+def test_every_node_keeps_its_pod_routes_after_calico_node_restarts(pods):
+    """calico-node restarted on gpu2 (its Pod deleted): pod traffic resumes once the new one is ready."""
+    before = kubectl_json("get pods -n kube-system -l k8s-app=calico-node --field-selector spec.nodeName=gpu2")
+    name = before["items"][0]["metadata"]["name"]
+    assert kubectl("delete", "pod", "-n", "kube-system", name).returncode == 0
+
+    def ready():
+        now = kubectl_json("get pods -n kube-system -l k8s-app=calico-node --field-selector spec.nodeName=gpu2")
+        return [p for p in now["items"] if p["metadata"]["name"] != name and any(
+            c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))]
+
+    t0 = time.monotonic()
+    wait_for("calico-node on gpu2 to be ready again", ready, timeout=180)
+    print(f"\ncalico-node on gpu2 ready again in {time.monotonic() - t0:.1f}s")
+    assert reach((TRAINING, "gpu-b"), pods[(TRAINING, "gpu-a")], 29500)
+    assert not reach((OUTSIDER, "client"), pods[(TRAINING, "gpu-a")], 29500)
+
