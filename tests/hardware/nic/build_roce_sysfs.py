@@ -10,6 +10,9 @@ For every RDMA device it writes what the RDMA modules read:
       seed's NCCL_IB_GID_INDEX=3 is what a reader must find; unused entries are zero)
   ROOT/class/infiniband/<ib>/tc/1/traffic_class              (RoCE traffic class, 0 = unset)
   ROOT/class/net/<netdev>/ecn/roce_np/enable/0..7, roce_rp/enable/0..7  (all 0: ECN off)
+  ROOT/class/net/<netdev>/ecn/redp/red_min_threshold, red_max_threshold, red_probability
+      (all 0; the seed's 4.4.2 writes these: the lab has them so the role's writes are checked,
+      although upstream mlx5 has no ecn/redp, see roles/rdma_network/README.md)
   ROOT/kernel/config/rdma_cm/                                 (configfs; cma_roce_tos mkdirs the device)
 Standard library only: it also runs inside lab nodes.
 """
@@ -53,6 +56,8 @@ def build(root, ports):
         for side in ('roce_np', 'roce_rp'):
             for prio in range(8):
                 write(os.path.join(root, 'class/net', netdev, 'ecn', side, 'enable', str(prio)), '0')
+        for name in ('red_min_threshold', 'red_max_threshold', 'red_probability'):
+            write(os.path.join(root, 'class/net', netdev, 'ecn', 'redp', name), '0')
     os.makedirs(os.path.join(root, 'kernel/config/rdma_cm'), exist_ok=True)
 
 

@@ -665,6 +665,30 @@ static int query_apps(const char *fields)
     return 0;
 }
 
+/* `nvidia-smi topo -m`: the capture the hardware profile installed (tests/hardware/nvml/topology),
+ * as the real tool's matrix comes from PCIe/NUMA facts that NVML alone does not give here. */
+static int topo_main(int argc, char **argv)
+{
+    if (argc != 3 || (strcmp(argv[2], "-m") && strcmp(argv[2], "--matrix"))) {
+        fprintf(stderr, "fake nvidia-smi: only 'topo -m' is simulated\n");
+        return 2;
+    }
+    const char *path = getenv("AI_L1_FAKE_NVSMI_TOPO");
+    if (!path || !*path)
+        path = "/etc/ai-l1-fake/nvidia-smi-topo-m.txt";
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "fake nvidia-smi: no topology capture at %s (the hardware profile installs it)\n", path);
+        return 2;
+    }
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+        fwrite(buf, 1, n, stdout);
+    fclose(f);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int r = nvmlInit_v2();
@@ -679,6 +703,11 @@ int main(int argc, char **argv)
     }
     nvmlSystemGetDriverVersion(g_driver, sizeof g_driver);
     nvmlSystemGetCudaDriverVersion_v2(&g_cuda);
+    if (argc > 1 && !strcmp(argv[1], "topo")) {
+        r = topo_main(argc, argv);
+        nvmlShutdown();
+        return r;
+    }
     if (argc > 1 && !strcmp(argv[1], "mig")) {
         r = mig_main(argc, argv);
         nvmlShutdown();

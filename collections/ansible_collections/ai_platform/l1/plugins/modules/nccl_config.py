@@ -23,6 +23,12 @@ description:
     and the tuned values of O(settings) to O(path), one C(KEY=VALUE) per line, sorted.
   - Debug variables (C(NCCL_DEBUG), C(NCCL_DEBUG_SUBSYS), C(NCCL_DEBUG_FILE)) are refused, as they
     belong to a job's environment, never to the host configuration.
+  - With the GPU-NIC topology (O(nvidia_smi) or O(topology)), the discovered C(NCCL_IB_HCA) leaves out
+    the HCAs whose nearest GPU is across the CPU sockets (C(SYS)), unless every HCA is; a warning names
+    them. Given O(hca) are kept as they are, with a warning for those that are that far.
+  - C(NCCL_NET_GDR_LEVEL) is then checked against the HCAs kept; a warning names those for which the
+    level disables GPUDirect RDMA (their nearest GPU is farther than the level) and the GPUs left with no
+    HCA within it. nvidia-smi's C(NODE) counts as C(PHB), as NCCL ranks it. The level itself is not changed.
 options:
   path:
     description: The configuration file NCCL reads.
@@ -56,6 +62,16 @@ options:
     description: File mode.
     type: str
     default: '0644'
+  nvidia_smi:
+    description:
+      - The nvidia-smi executable (a name looked up in PATH, or a path). The module runs C(nvidia-smi topo -m)
+        and uses the GPU-NIC topology as described above.
+      - Where it is missing or fails (no NVIDIA driver yet), or its output cannot be parsed, a warning
+        says so and the file is written without the topology.
+    type: str
+  topology:
+    description: The output of C(nvidia-smi topo -m), used as O(nvidia_smi) would be (a capture, or for tests).
+    type: str
 attributes:
   check_mode:
     support: full
@@ -80,13 +96,21 @@ config:
   returned: success
   type: dict
   sample: {NCCL_IB_HCA: mlx5_0, NCCL_IB_GID_INDEX: "3"}
+gpu_nic_affinity:
+  description:
+    - Per NIC of the topology, its nearest connection to a GPU as nvidia-smi prints it (C(connection)),
+      the NCCL_NET_GDR_LEVEL name of that distance (C(level)) and the GPUs at it (C(gpus)).
+    - V(null) without a topology.
+  returned: success
+  type: dict
+  sample: {mlx5_0: {connection: PXB, level: PXB, rank: 2, gpus: [GPU0, GPU1]}}
 '''
 
 import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.ai_platform.l1.plugins.module_utils import device_io, rdma_sysfs
+from ansible_collections.ai_platform.l1.plugins.module_utils import device_io, gpu_topology, rdma_sysfs
 from ansible_collections.ai_platform.l1.plugins.module_utils.file_state import replace
 
 TUNED = {
@@ -171,7 +195,55 @@ def _check_given_hca(hca, by):
                          % (other, first['gid_index'], first['ib']))
 
 
-def _hca(p, devices, by, warnings):
+def _prefer_near(hca, topology, given, warnings):
+    """hca without those whose nearest GPU is across the sockets (SYS), unless that is all of them.
+
+    Given HCAs are the operator's choice: kept, with a warning.
+    """
+    near = gpu_topology.nic_affinity(topology)
+    unknown = [h for h in hca if h not in near]
+    if unknown:
+        warnings.append('%s not in nvidia-smi topo -m; their distance to the GPUs is unknown' % ', '.join(unknown))
+    far = [h for h in hca if h in near and near[h]['rank'] >= gpu_topology.GDR_LEVELS.index('SYS')]
+    if not far:
+        return hca
+    if given or len(far) == len(hca):
+        warnings.append('NCCL_IB_HCA holds %s although %s across the CPU sockets from every GPU (SYS)'
+                        % (', '.join(far), 'it is' if len(far) == 1 else 'they are'))
+        return hca
+    warnings.append('NCCL_IB_HCA leaves out %s: across the CPU sockets from every GPU (SYS)' % ', '.join(far))
+    return [h for h in hca if h not in far]
+
+
+def check_gdr_level(config, hca, topology, warnings):
+    """Warn where NCCL_NET_GDR_LEVEL disables GPUDirect RDMA for the HCAs of NCCL_IB_HCA."""
+    value = config.get('NCCL_NET_GDR_LEVEL')
+    if value is None:
+        return
+    level = gpu_topology.gdr_level_rank(value)
+    if level == 0:     # LOC: GPUDirect RDMA off on purpose
+        return
+    name = gpu_topology.GDR_LEVELS[level]
+    shown = value if str(value).upper() == name else '%s (%s)' % (value, name)
+    near = gpu_topology.nic_affinity(topology)
+    known = [h for h in hca if h in near]
+    if not known:
+        return
+    beyond = [h for h in known if near[h]['rank'] > level]
+    if beyond:
+        needed = gpu_topology.GDR_LEVELS[max(near[h]['rank'] for h in beyond)]
+        warnings.append('NCCL_NET_GDR_LEVEL=%s disables GPUDirect RDMA on %s%s (nearest GPU at that distance); '
+                        'NCCL_NET_GDR_LEVEL=%s would enable it'
+                        % (shown, 'every HCA: ' if len(beyond) == len(known) else '',
+                           ', '.join('%s (%s)' % (h, near[h]['connection']) for h in beyond), needed))
+    nearest = gpu_topology.gpu_nearest(topology, known)
+    far_gpus = [g for g in topology['gpus'] if nearest[g][0] > level]
+    if far_gpus and len(beyond) < len(known):
+        warnings.append('%s: no HCA of NCCL_IB_HCA within NCCL_NET_GDR_LEVEL=%s; their network traffic '
+                        'goes through host memory' % (', '.join(far_gpus), shown))
+
+
+def _hca(p, devices, by, warnings, topology=None):
     """The HCAs for NCCL_IB_HCA: the given ones (checked) or those discovered."""
     hca = p['hca']
     if not hca and any(d['active'] for d in devices):
@@ -185,13 +257,16 @@ def _hca(p, devices, by, warnings):
                          % (unknown, p['sysfs_root'], ', '.join(sorted(by)) or 'none'))
     if p['hca'] and p['gid_index'] is None:
         _check_given_hca(hca, by)
+    if topology:
+        hca = _prefer_near(hca, topology, bool(p['hca']), warnings)
     return hca
 
 
-def build(p, devices, warnings=None):
+def build(p, devices, warnings=None, topology=None):
+    """The NCCL values to write; topology is gpu_topology.parse()'s result or None."""
     warnings = [] if warnings is None else warnings
     by = dict((d['ib'], d) for d in devices)
-    hca = _hca(p, devices, by, warnings)
+    hca = _hca(p, devices, by, warnings, topology)
     first = by[hca[0]]
     config = dict(TUNED)
     for key, value in (p['settings'] or {}).items():
@@ -204,6 +279,8 @@ def build(p, devices, warnings=None):
             config.pop(key, None)
         else:
             config[key] = str(value).lower() if isinstance(value, bool) else str(value)
+    if 'NCCL_NET_GDR_LEVEL' in config:
+        gpu_topology.gdr_level_rank(config['NCCL_NET_GDR_LEVEL'])  # refuse a value NCCL would not take
     config['NCCL_IB_HCA'] = ','.join(hca)
     ifname = p['socket_ifname'] or first['netdev']
     if ifname:
@@ -214,7 +291,34 @@ def build(p, devices, warnings=None):
         if first['gid_index'] is None:
             raise _no_ipv4_gid(first)
         config['NCCL_IB_GID_INDEX'] = str(first['gid_index'])
+    if topology:
+        check_gdr_level(config, hca, topology, warnings)
     return config
+
+
+def read_topology(module, warnings):
+    """The parsed topology of O(topology) or of `nvidia-smi topo -m`, or None (with a warning why)."""
+    p = module.params
+    text = p['topology']
+    if text is None and p['nvidia_smi']:
+        exe = p['nvidia_smi'] if '/' in p['nvidia_smi'] else module.get_bin_path(p['nvidia_smi'])
+        if not exe:
+            warnings.append('%s not found (is the NVIDIA driver installed?): NCCL_IB_HCA and NCCL_NET_GDR_LEVEL '
+                            'are not checked against the GPU-NIC topology' % p['nvidia_smi'])
+            return None
+        rc, text, err = module.run_command([exe, 'topo', '-m'])
+        if rc != 0:
+            warnings.append('%s topo -m failed (rc %d: %s): NCCL_IB_HCA and NCCL_NET_GDR_LEVEL are not checked '
+                            'against the GPU-NIC topology' % (exe, rc, (err or text).strip()[:200]))
+            return None
+    if text is None:
+        return None
+    try:
+        return gpu_topology.parse(text)
+    except ValueError as exc:
+        warnings.append('cannot read the nvidia-smi topo -m output (%s): NCCL_IB_HCA and NCCL_NET_GDR_LEVEL are '
+                        'not checked against the GPU-NIC topology' % exc)
+        return None
 
 
 def main():
@@ -227,13 +331,17 @@ def main():
             socket_ifname=dict(type='str'),
             settings=dict(type='dict', default={}),
             mode=dict(type='str', default='0644'),
+            nvidia_smi=dict(type='str'),
+            topology=dict(type='str'),
         ),
+        mutually_exclusive=[('nvidia_smi', 'topology')],
         supports_check_mode=True,
     )
     p = module.params
     warnings = []
+    topology = read_topology(module, warnings)
     try:
-        config = build(p, discover(p['sysfs_root']), warnings)
+        config = build(p, discover(p['sysfs_root']), warnings, topology)
     except ValueError as exc:
         module.fail_json(msg=str(exc))
     for warning in warnings:
@@ -250,7 +358,8 @@ def main():
     file_args = module.load_file_common_arguments(dict(path=p['path'], mode=p['mode']))
     if os.path.exists(p['path']):
         changed = module.set_fs_attributes_if_different(file_args, changed)
-    result = dict(changed=changed, config=config)
+    result = dict(changed=changed, config=config,
+                  gpu_nic_affinity=gpu_topology.nic_affinity(topology) if topology else None)
     if module._diff:
         result['diff'] = dict(before=old, after=content, before_header=p['path'], after_header=p['path'])
     module.exit_json(**result)

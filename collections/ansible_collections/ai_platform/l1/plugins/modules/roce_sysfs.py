@@ -17,6 +17,10 @@ description:
     configfs (C(<sysfs_root>/kernel/config/rdma_cm/IB/ports/1/default_roce_tos); the device
     directory is created when missing).
   - Sets the port's RoCE traffic class (C(<sysfs_root>/class/infiniband/IB/tc/1/traffic_class)).
+  - Sets the ECN marking thresholds of O(ecn_red) (C(<sysfs_root>/class/net/IF/ecn/redp/red_min_threshold),
+    C(red_max_threshold), C(red_probability)), as the seed's 4.4.2 writes them. A driver without the
+    C(ecn/redp) directory has no such controls; a warning says so and they are left out (upstream mlx5
+    has none; the switch then marks ECN, see the role ai_platform.l1.rdma_network).
   - The RDMA device IB is the one whose C(device/net) holds the interface.
   - Writes only values that differ; reports each with before and after.
   - Fails before writing anything when a file it compares does not hold text (a broken driver).
@@ -36,6 +40,22 @@ options:
   traffic_class:
     description: RoCE traffic class byte (0..255) of port 1.
     type: int
+  ecn_red:
+    description: ECN RED marking thresholds of the port; left as they are when not given.
+    type: dict
+    suboptions:
+      min_threshold:
+        description: C(ecn/redp/red_min_threshold), 0 or more; not above O(ecn_red.max_threshold).
+        type: int
+        required: true
+      max_threshold:
+        description: C(ecn/redp/red_max_threshold), 0 or more.
+        type: int
+        required: true
+      probability:
+        description: C(ecn/redp/red_probability), the marking probability in percent (0..100).
+        type: int
+        required: true
   sysfs_root:
     description: Where sysfs is mounted (configfs is expected at C(kernel/config) below it).
     type: path
@@ -62,9 +82,21 @@ EXAMPLES = r'''
     ecn_priorities: [3]
     roce_tos: 106
     traffic_class: 106
+
+- name: The seed's ECN marking thresholds
+  ai_platform.l1.roce_sysfs:
+    interface: ens1f0
+    ecn_red: {min_threshold: 24, max_threshold: 24, probability: 100}
 '''
 
 RETURN = r'''
+ecn_red:
+  description:
+    - V(present) when the port has the ECN RED controls (C(ecn/redp)), V(absent) when it has not,
+      V(unset) when O(ecn_red) was not given.
+  returned: success
+  type: str
+  sample: present
 ib_device:
   description: The RDMA device of the interface.
   returned: success
@@ -95,7 +127,15 @@ def wanted_files(p, ib):
         files[tos] = str(p['roce_tos'])
     if p['traffic_class'] is not None:
         files[os.path.join(root, 'class', 'infiniband', ib, 'tc', '1', 'traffic_class')] = str(p['traffic_class'])
+    red = p['ecn_red']
+    if red and os.path.isdir(red_dir(p)):
+        for key in ('min_threshold', 'max_threshold', 'probability'):
+            files[os.path.join(red_dir(p), 'red_' + key)] = str(red[key])
     return files
+
+
+def red_dir(p):
+    return os.path.join(p['sysfs_root'], 'class', 'net', p['interface'], 'ecn', 'redp')
 
 
 def read_setting(module, path, context, changes):
@@ -106,6 +146,19 @@ def read_setting(module, path, context, changes):
         module.fail_json(msg='%s%s' % (context, exc), changes=changes)
 
 
+def check_params(module, p):
+    bad = [x for x in p['ecn_priorities'] if not 0 <= x <= 7]
+    if bad:
+        module.fail_json(msg='ecn_priorities: %s out of 0..7' % bad, changes=[])
+    for key in ('roce_tos', 'traffic_class'):
+        if p[key] is not None and not 0 <= p[key] <= 255:
+            module.fail_json(msg='%s must be 0..255, got %d' % (key, p[key]), changes=[])
+    red = p['ecn_red']
+    if red and not (0 <= red['min_threshold'] <= red['max_threshold'] and 0 <= red['probability'] <= 100):
+        module.fail_json(msg='ecn_red: need 0 <= min_threshold <= max_threshold and probability 0..100, got %s'
+                         % dict(sorted(red.items())), changes=[])
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -113,17 +166,17 @@ def main():
             ecn_priorities=dict(type='list', elements='int', default=[]),
             roce_tos=dict(type='int'),
             traffic_class=dict(type='int'),
+            ecn_red=dict(type='dict', options=dict(
+                min_threshold=dict(type='int', required=True),
+                max_threshold=dict(type='int', required=True),
+                probability=dict(type='int', required=True),
+            )),
             sysfs_root=dict(type='path', default='/sys'),
         ),
         supports_check_mode=True,
     )
     p = module.params
-    bad = [x for x in p['ecn_priorities'] if not 0 <= x <= 7]
-    if bad:
-        module.fail_json(msg='ecn_priorities: %s out of 0..7' % bad, changes=[])
-    for key in ('roce_tos', 'traffic_class'):
-        if p[key] is not None and not 0 <= p[key] <= 255:
-            module.fail_json(msg='%s must be 0..255, got %d' % (key, p[key]), changes=[])
+    check_params(module, p)
 
     ib = rdma_sysfs.ib_device_of(p['sysfs_root'], p['interface'])
     if ib is None:
@@ -134,6 +187,12 @@ def main():
         module.fail_json(msg='%s has no ECN controls (%s); is it an mlx5 port?' % (p['interface'], ecn_dir),
                          changes=[])
 
+    red_state = 'unset'
+    if p['ecn_red']:
+        red_state = 'present' if os.path.isdir(red_dir(p)) else 'absent'
+    if red_state == 'absent':
+        module.warn('%s has no ECN RED controls (%s): the marking thresholds are left to the switch'
+                    % (p['interface'], red_dir(p)))
     wanted = sorted(wanted_files(p, ib).items())
     # Every current value is read before anything is written: an unreadable one refuses the whole change.
     current = dict((path, read_setting(module, path, 'cannot read the current settings of %s: '
@@ -160,7 +219,7 @@ def main():
         got = read_setting(module, path, 'after writing %s: ' % value, changes)
         if got != value:
             module.fail_json(msg='%s reads %s after writing %s' % (path, got, value), changes=changes)
-    result = dict(changed=bool(changes), ib_device=ib, changes=changes)
+    result = dict(changed=bool(changes), ib_device=ib, changes=changes, ecn_red=red_state)
     if module._diff:
         result['diff'] = dict(before=''.join('%s = %s\n' % kv for kv in sorted(before.items())),
                               after=''.join('%s = %s\n' % kv for kv in sorted(after.items())))
