@@ -40,6 +40,22 @@ systemctl mask \
   sys-kernel-config.mount sys-kernel-debug.mount sys-kernel-tracing.mount \
   systemd-networkd-wait-online.service apt-daily.timer apt-daily-upgrade.timer 2>/dev/null
 
+# Mounts shared, as on a machine booted by systemd: podman gives the node a private /sys, and a Pod
+# volume with mountPropagation Bidirectional under it (calico-node's /sys/fs) needs a shared one.
+cat > /etc/systemd/system/ai-l1-rshared.service <<'UNIT'
+[Unit]
+Description=Make every mount shared (as systemd does for / on a machine)
+DefaultDependencies=no
+Before=containerd.service kubelet.service
+[Service]
+Type=oneshot
+ExecStart=/bin/mount --make-rshared /
+RemainAfterExit=yes
+[Install]
+WantedBy=sysinit.target
+UNIT
+systemctl enable ai-l1-rshared.service 2>/dev/null
+
 # A unique machine-id per container: systemd creates it at first boot when empty.
 : > /etc/machine-id
 rm -f /var/lib/dbus/machine-id /etc/hostname

@@ -135,3 +135,10 @@ def test_through_ansible_the_changes_are_kept(tmp_path):
     out = json.loads((tmp_path / "out.json").read_text())
     assert images(out) == [IMAGES['cni'], IMAGES['cni'], IMAGES['node'], IMAGES['node'], IMAGES['kube-controllers']]
     assert env(out)['CALICO_IPV4POOL_CIDR'] == '10.244.0.0/16'
+
+
+def test_node_env_is_set_last_and_wins():
+    e = env(calico_manifest(release(), IMAGES, '10.244.0.0/16',
+                            node_env={'FELIX_DebugSkipCTLBCleanup': 'true', 'IP_AUTODETECTION_METHOD': 'can-reach=1.1.1.1'}))
+    assert e['FELIX_DebugSkipCTLBCleanup'] == 'true'
+    assert e['IP_AUTODETECTION_METHOD'] == 'can-reach=1.1.1.1'

@@ -39,7 +39,7 @@ def _set_env(container, name, value):
 
 
 def calico_manifest(documents, images, pool_cidr, *, encapsulation='CrossSubnet', autodetect='kubernetes-internal-ip',
-                    block_size=None):
+                    block_size=None, node_env=None):
     """The manifest's objects with the mirror's images, the pool and the encapsulation set."""
     if not isinstance(images, Mapping) or set(images) != set(CALICO_IMAGES.values()):
         raise AnsibleFilterError('calico_manifest: images must name exactly %s, got %s'
@@ -77,6 +77,8 @@ def calico_manifest(documents, images, pool_cidr, *, encapsulation='CrossSubnet'
     _set_env(node, 'IP_AUTODETECTION_METHOD', autodetect)
     if block_size is not None:
         _set_env(node, 'CALICO_IPV4POOL_BLOCK_SIZE', str(block_size))
+    for name, value in sorted((node_env or {}).items()):
+        _set_env(node, name, str(value))
     return objects
 
 
