@@ -501,7 +501,9 @@ def calico_image_recipes(manifest: manifestlib.Manifest, bins: dict[str, Path], 
                     {"/usr/bin/kube-controllers": bins["calico-kube-controllers"],
                      "/usr/bin/check-status": bins["calico-check-status"],
                      "/usr/bin/wrapper": bins["calico-wrapper"]},
-                    ["/usr/bin/wrapper", "/usr/bin/kube-controllers"], user="999"),
+                    ["/usr/bin/wrapper", "/usr/bin/kube-controllers"], user="999",
+                    # Its status file (the probes read /status/status.json) and profiles, as upstream's image.
+                    owned_dirs={"/status": 999, "/profiles": 999}),
     ]
 
 
@@ -1048,6 +1050,8 @@ class ImageRecipe:
     cmd: list[str] = field(default_factory=list)
     links: dict[str, str] = field(default_factory=dict)  # path in image -> symlink target
     env: dict[str, str] = field(default_factory=dict)
+    # Empty directories the image's user must own (path -> uid), such as a status directory.
+    owned_dirs: dict[str, int] = field(default_factory=dict)
 
     @property
     def ref(self) -> str:
@@ -1057,15 +1061,17 @@ class ImageRecipe:
 def rootfs_tar(dest: Path, recipe: ImageRecipe) -> None:
     """The image's files as one layer, with exact modes (COPY cannot make a 1777 /tmp)."""
     with tarfile.open(dest, "w", format=tarfile.GNU_FORMAT) as tf:
-        def add_dir(name: str, mode: int) -> None:
+        def add_dir(name: str, mode: int, uid: int = 0) -> None:
             ti = tarfile.TarInfo(name)
-            ti.type, ti.mode, ti.mtime = tarfile.DIRTYPE, mode, FIXED_MTIME
+            ti.type, ti.mode, ti.mtime, ti.uid, ti.gid = tarfile.DIRTYPE, mode, FIXED_MTIME, uid, uid
             tf.addfile(ti)
         parents = {Path(f.lstrip("/")).parent for f in (*recipe.files, *recipe.links)}
         for name in sorted({str(p) for q in parents for p in [q, *q.parents] if str(p) != "."}):
             add_dir(name, 0o755)
         if recipe.base == "scratch":
             add_dir("tmp", 0o1777)
+        for name, uid in sorted(recipe.owned_dirs.items()):
+            add_dir(name.lstrip("/"), 0o755, uid)
         for dest_path, src in sorted(recipe.files.items()):
             ti = tarfile.TarInfo(dest_path.lstrip("/"))
             ti.size, ti.mode, ti.mtime = src.stat().st_size, 0o755, FIXED_MTIME
@@ -1089,7 +1095,8 @@ def build_image(recipe: ImageRecipe) -> dict:
     containerfile = "\n".join(lines) + "\n"
     key = digest({"containerfile": containerfile, "base": recipe.base,
                   "files": {d: sha256_file(p) for d, p in recipe.files.items()}, "rev": RECIPE_REVISION,
-                  **({"links": recipe.links} if recipe.links else {})})
+                  **({"links": recipe.links} if recipe.links else {}),
+                  **({"owned_dirs": recipe.owned_dirs} if recipe.owned_dirs else {})})
     if image_label(recipe.ref) == key:
         return {"image": recipe.ref, "cached": True}
     t0 = time.monotonic()
