@@ -15,9 +15,10 @@ Asserted, each with the traffic that would show the opposite:
   purpose=training namespace can;
 - a GPU Pod still resolves names (DNS), reaches the API server and port 443 anywhere, and cannot
   reach another port outside the training namespaces (its egress is confined);
-- block-external-gpu-access admits the monitoring namespace and the management network (a node)
-  and refuses a Pod of another namespace. The target is a plain Pod labelled app=gpu-operator,
-  standing in for the operator's Pods: the policy selects by that label only.
+- block-external-gpu-access admits the monitoring namespace and refuses a Pod of another namespace,
+  until the Pod's address is added to the rule's ipBlock ranges (then admitted); playbooks/network.yml
+  puts the inventory's policy back and a second run changes nothing. The target is a plain Pod
+  labelled app=gpu-operator, standing in for the operator's Pods: the policy selects by that label.
 A policy that the API accepted but Calico did not enforce fails the refusal checks.
 """
 
@@ -29,10 +30,23 @@ import time
 
 import pytest
 import yaml
-from conftest import LAB_INVENTORY, admin_kubeconfig, controller_kubectl, kubectl_json, on, wait_for
+from conftest import (
+    CONTROL_PLANES,
+    LAB_INVENTORY,
+    REPO,
+    admin_kubeconfig,
+    controller_kubectl,
+    kubectl_json,
+    on,
+    playbook,
+    recap,
+    tail,
+    wait_for,
+)
 
 IMAGE = "10.89.100.1:5000/ai-l1-lab/python3-debian:bookworm"
 NET_VARS = yaml.safe_load((LAB_INVENTORY / "group_vars" / "all" / "network.yml").read_text())
+NETWORK_PLAY = REPO / "playbooks" / "network.yml"
 TRAINING = NET_VARS["network_policies_training_namespaces"][0]
 OUTSIDER, PEER_TEAM, MONITORING, OPERATOR_NS = "net-outsider", "net-peer-team", "monitoring", "kube-system"
 
@@ -169,11 +183,25 @@ def test_gpu_pod_egress_keeps_dns_the_api_and_https_only(pods):
 
 def test_gpu_operator_admits_only_its_sources(pods):
     target = pods[(OPERATOR_NS, "net-policy-target")]
+    outsider = (OUTSIDER, "client")
     assert reach((MONITORING, "net-client"), target, 8443), "the monitoring namespace is refused"
-    assert not reach((OUTSIDER, "client"), target, 8443), "block-external-gpu-access is not enforced"
-    # The management network: from the target's own node (its address, 10.89.100.21, is the source).
-    probe = on("gpu1", f"python3 -c '{CLIENT}' {target} 8443 tcp")
-    assert probe.returncode == 0, f"the management network is refused: {probe.stdout}{probe.stderr}"
+    assert not reach(outsider, target, 8443), "block-external-gpu-access is not enforced"
+    # The ipBlock rule, proven with an address the lab controls: the outsider's own (Calico matches Pod
+    # sources against ipBlock). A node's traffic cannot show it: Calico admits a node to its own Pods
+    # whatever the policy, and a remote node's traffic arrives from its tunnel address (pod network).
+    cidrs = [*NET_VARS["network_policies_gpu_operator_cidrs"], f"{pods[outsider]}/32"]
+    widened = playbook(NETWORK_PLAY, "-e", json.dumps({"network_policies_gpu_operator_cidrs": cidrs}))
+    assert widened.returncode == 0, tail(widened)
+    try:
+        assert wait_for("the outsider's /32 to be admitted", lambda: reach(outsider, target, 8443), timeout=30)
+    finally:
+        # The inventory's policy again: the role puts back exactly what the inventory says.
+        restored = playbook(NETWORK_PLAY)
+        assert restored.returncode == 0, tail(restored)
+    assert recap(restored.stdout)[CONTROL_PLANES[0]]["changed"] == 1, "the policy was not put back"
+    assert wait_for("the outsider to be refused again", lambda: not reach(outsider, target, 8443), timeout=30)
+    second = playbook(NETWORK_PLAY)
+    assert recap(second.stdout)[CONTROL_PLANES[0]]["changed"] == 0, "network.yml is not idempotent"
 
 
 def test_the_policies_are_the_seeds_fixed(k8s_cluster):  # noqa: ARG001
