@@ -25,7 +25,7 @@ BATCHED = {
     "os_baseline.yml": ["OS baseline"],
     "rdma.yml": ["RDMA network"],
     "kubernetes.yml": ["Container runtime and node binaries", "Workers"],
-    "nvidia.yml": ["NVIDIA driver, container toolkit and DCGM"],
+    "nvidia.yml": ["NVIDIA driver, RDMA network, container toolkit and DCGM"],
     "ascend.yml": ["Ascend firmware, driver and CANN"],
     "node_labels.yml": ["Accelerator node labels"],
 }

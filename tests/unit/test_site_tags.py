@@ -30,7 +30,6 @@ LAYERS = {
     "validate.yml": None,
     "kubernetes_preflight.yml": None,
     "os_baseline.yml": "baseline",
-    "rdma.yml": "rdma",
     "kubernetes.yml": "kubernetes",
     "nvidia.yml": "nvidia",
     "ascend.yml": "ascend",
@@ -42,11 +41,11 @@ LAYERS = {
     "storage.yml": "storage",
 }
 LAYER_TAGS = sorted(t for t in LAYERS.values() if t)
-ROLE_TAGS = ["dcgm", "nvidia_container_toolkit", "nvidia_driver"]  # within the nvidia layer
+ROLE_TAGS = ["dcgm", "nvidia_container_toolkit", "nvidia_driver", "rdma"]  # within the nvidia layer
 # A play's own tag besides its layer's: the first play of kubernetes.yml alone (containerd and the
 # node binaries, no cluster; tests/bench/fleet_scale.py runs the host layers with it).
 PLAY_TAGS = {"Container runtime and node binaries": "container_runtime"}
-SELECTED = [*LAYER_TAGS, "nvidia_driver", "container_runtime"]  # run with --list-tasks --tags
+SELECTED = [*LAYER_TAGS, "nvidia_driver", "rdma", "container_runtime"]  # run with --list-tasks --tags
 ARGSPEC_TASK = "Validating arguments against arg spec"
 PLAY_LINE = re.compile(r"^\s+play #\d+ \((?P<hosts>[^)]*)\): (?P<name>.*?)\tTAGS: \[(?P<tags>[^\]]*)\]$")
 TASK_LINE = re.compile(r"^\s{6}(?P<name>.*?)\tTAGS: \[(?P<tags>[^\]]*)\]$")
@@ -163,13 +162,24 @@ def test_one_tag_selects_one_layer(list_tasks, tag):
         assert len(selected) == sum(1 for _, play_layer, _ in expected if play_layer == tag), tag
 
 
+NVIDIA_PLAY = "NVIDIA driver, RDMA network, container toolkit and DCGM"
+
+
 def test_rdma_lists_only_the_rdma_tasks(list_tasks):
+    """--tags rdma: the RDMA role's tasks, inside the NVIDIA play (after the driver), and nothing else."""
     plays = {p["name"]: p for p in list_tasks["rdma"]}
-    rdma = [t for t, _ in plays["RDMA network"]["tasks"]]
-    assert any(t.startswith("rdma_network : ") and ARGSPEC_TASK not in t for t in rdma), rdma
-    others = [t for p in list_tasks["rdma"] if p["name"] not in ("RDMA network", "Validate the inventory",
+    nvidia = [t for t, _ in plays[NVIDIA_PLAY]["tasks"]]
+    assert any(t.startswith("rdma_network : ") and ARGSPEC_TASK not in t for t in nvidia), nvidia
+    assert all(t.startswith("rdma_network : ") or ARGSPEC_TASK in t for t in nvidia), nvidia
+    others = [t for p in list_tasks["rdma"] if p["name"] not in (NVIDIA_PLAY, "Validate the inventory",
                                                                   "Kubernetes preflight") for t, _ in p["tasks"]]
     assert all(ARGSPEC_TASK in t for t in others), others
+
+
+def test_rdma_runs_after_the_driver_before_the_toolkit():
+    """nvidia-peermem and `nvidia-smi topo -m` need the driver; the toolkit's CDI spec mounts /etc/nccl.conf."""
+    [play] = [p for p in yaml.safe_load((SITE.parent / "nvidia.yml").read_text()) if p["name"] == NVIDIA_PLAY]
+    assert [r["role"] for r in play["roles"]] == ["nvidia_driver", "rdma_network", "nvidia_container_toolkit", "dcgm"]
 
 
 def test_one_layer_runs_alone_without_touching_the_other_layers(tmp_path, monkeypatch):
@@ -197,4 +207,4 @@ def test_one_layer_runs_alone_without_touching_the_other_layers(tmp_path, monkey
             assert all(ARGSPEC_TASK in t for t in tasks), (name, tasks)
     # The unselected layers' argument checks did run, and passed.
     assert any(ARGSPEC_TASK in t for t in ran["Container runtime and node binaries"])
-    assert any(ARGSPEC_TASK in t for t in ran["NVIDIA driver, container toolkit and DCGM"])
+    assert any(ARGSPEC_TASK in t for t in ran[NVIDIA_PLAY])
