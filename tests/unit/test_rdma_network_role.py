@@ -89,7 +89,7 @@ GPUDIRECT_PLAY = """
 @pytest.mark.parametrize("virt, modules, load, reason", [
     ("kvm", ["nvidia"], True, None),                                 # bare metal / VM with the driver: modprobe
     ("kvm", ["nvidia", "nvidia_peermem"], True, None),
-    ("kvm", [], False, "the NVIDIA driver is not loaded"),       # site.yml: rdma before nvidia
+    ("kvm", [], False, "the NVIDIA driver is not loaded"),       # no driver (rdma.yml alone)
     ("podman", [], False, "kernel modules belong to the host kernel in a container"),  # the lab
     ("podman", ["nvidia", "nvidia_peermem"], False, None),           # the host loaded it
 ])
