@@ -138,7 +138,7 @@ def test_through_ansible_the_changes_are_kept(tmp_path):
 
 
 def test_node_env_is_set_last_and_wins():
-    e = env(calico_manifest(release(), IMAGES, '10.244.0.0/16',
-                            node_env={'FELIX_DebugSkipCTLBCleanup': 'true', 'IP_AUTODETECTION_METHOD': 'can-reach=1.1.1.1'}))
+    extra = {'FELIX_DebugSkipCTLBCleanup': 'true', 'IP_AUTODETECTION_METHOD': 'can-reach=1.1.1.1'}
+    e = env(calico_manifest(release(), IMAGES, '10.244.0.0/16', node_env=extra))
     assert e['FELIX_DebugSkipCTLBCleanup'] == 'true'
     assert e['IP_AUTODETECTION_METHOD'] == 'can-reach=1.1.1.1'
