@@ -125,6 +125,8 @@ def test_every_manifest_image_has_a_lab_recipe(tmp_path):
     volcano_bins = {n: Path("/x") for n in ("vc-scheduler", "vc-controller-manager", "vc-webhook-manager",
                                             "gen-admission-secret.sh", "kubectl")}
     recipes.update({r.artifact: r for r in build.volcano_image_recipes(manifest, volcano_bins, "base")})
+    calico_bins = {n: tmp_path for r in build.calico_recipes() for n in (*r.binaries, *r.keep)}
+    recipes.update({r.artifact: r for r in build.calico_image_recipes(manifest, calico_bins, "base")})
     images = {a.name: a for a in manifest.artifacts.values()
               if a.is_image and not any(a.name.startswith(p) for p in build.NOT_BUILT)}
     assert set(recipes) == set(images)
@@ -188,12 +190,38 @@ def test_volcano_images_are_the_releases_binaries_and_the_webhook_has_its_admiss
         build.volcano_image_recipes(manifest, bins, "debian")
 
 
+def test_calico_images_are_the_releases_binaries_with_its_node_filesystem(tmp_path):
+    """calico-node as the release's Dockerfile lays it out: the binary, start_runit and the runit services
+    from node/filesystem (etc -> /etc, sbin -> /usr/sbin); the CNI image's installer as entrypoint."""
+    fs = tmp_path / "fs"
+    (fs / "etc" / "service" / "available" / "felix").mkdir(parents=True)
+    (fs / "etc" / "service" / "available" / "felix" / "run").write_text("#!/bin/sh\n")
+    (fs / "etc" / "rc.local").write_text("#!/bin/sh\n")
+    (fs / "sbin").mkdir()
+    (fs / "sbin" / "start_runit").write_text("#!/bin/sh\n")
+    bins = {n: Path(f"/b/{n}") for r in build.calico_recipes() for n in r.binaries}
+    bins["calico-node-filesystem"] = fs
+    manifest = lib.load()
+    images = {r.artifact: r for r in build.calico_image_recipes(manifest, bins, "calico-base")}
+    node = images["calico-node-image"]
+    assert node.entrypoint == ["/usr/sbin/start_runit"] and node.base == "calico-base"
+    assert set(node.files) == {"/usr/bin/calico-node", "/etc/rc.local", "/etc/service/available/felix/run",
+                               "/usr/sbin/start_runit"}
+    cni = images["calico-cni-image"]
+    assert cni.entrypoint == ["/opt/cni/bin/install"] and cni.links == {"/opt/cni/bin/calico-ipam": "calico"}
+    controllers = images["calico-kube-controllers-image"]
+    assert controllers.entrypoint == ["/usr/bin/wrapper", "/usr/bin/kube-controllers"]
+    assert controllers.owned_dirs == {"/status": 999, "/profiles": 999}, "its probes read /status/status.json"
+    manifest.get("calico-node-image").version = "v3.31.3"
+    with pytest.raises(build.BuildError, match="calico-node-image is v3.31.3 .* calico .* is v3.32.1"):
+        build.calico_image_recipes(manifest, bins, "calico-base")
+
+
 def test_the_lab_skips_only_what_it_says_it_skips():
-    """Everything else in the manifest must be built; calico, Huawei's device plugin, the GPU Operator's
+    """Everything else in the manifest must be built; Huawei's device plugin, the GPU Operator's
     and HAMi's images, the storage CSI drivers and MinIO are production-only."""
     skipped = [n for n in lib.load().artifacts if any(n.startswith(p) for p in build.NOT_BUILT)]
-    assert skipped == ["calico-manifest", "calico-node-image", "calico-cni-image", "calico-kube-controllers-image",
-                       "ascend-device-plugin-image",
+    assert skipped == ["ascend-device-plugin-image",
                        "gpu-operator-image", "k8s-mig-manager-image", "dcgm-exporter-image",
                        "node-feature-discovery-image", "hami-image", "hami-webhook-certgen-image",
                        "ceph-csi-rbd-chart", "ceph-csi-image", "ceph-csi-provisioner-image", "ceph-csi-attacher-image",

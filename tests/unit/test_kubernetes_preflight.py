@@ -82,5 +82,7 @@ def test_production_manifest_alone_is_refused_naming_every_unverified_artifact(t
     """No overlay: the shipped manifest has no upstream checksums for the Kubernetes artifacts yet."""
     msg = refusal(tmp_path)
     assert msg.startswith("refusing artifacts without a sha256 for amd64: kubeadm, kubelet, kubectl, ")
-    assert "calico-manifest" in msg  # the sample inventory runs Calico
+    # The sample inventory runs Calico with the VXLAN backend: its manifest and three images.
+    for name in ("calico-vxlan-manifest", "calico-node-image", "calico-cni-image", "calico-kube-controllers-image"):
+        assert name in msg, name
     assert "python-kubernetes" not in msg and "python-durationpy" not in msg  # PyPI's checksums are in
