@@ -3,8 +3,9 @@
 gpu2 is killed while site.yml runs (its container stops the moment the run reaches the
 Kubernetes layer, the layer whose pod-routes template once read a fact from every host). The run
 must go on for the other hosts (they finish every later layer), report gpu2 unreachable and exit
-non-zero, leave every host's cached facts readable, route to gpu2's pod range from the API's Node
-(not from gpu2's facts), and a re-run after gpu2 is back converges it with no manual step.
+non-zero, leave every host's cached facts readable, keep routing to gpu2's pods (Calico: gpu1's
+route to gpu2's address block through the VXLAN tunnel; the bridge plugin: the route from the API's
+Node, not from gpu2's facts), and a re-run after gpu2 is back converges it with no manual step.
 The run that kills gpu2 covers the layers from Kubernetes on (kubernetes, labels: the Node labels
 are reconciled in one call for the batch) on one control plane and the three workers; the re-run,
 limited to gpu2 as an operator would after a host came back, covers every layer a worker passes
@@ -17,6 +18,7 @@ import json
 import subprocess
 import time
 
+import yaml
 from conftest import (
     CONTROL_PLANES,
     ENV,
@@ -43,6 +45,7 @@ RERUN_TAGS = "baseline,kubernetes,labels"
 KILL_AT = "PLAY [Container runtime and node binaries]"
 LAST_PLAY = "PLAY [Accelerator node labels]"
 FACTS = REPO / ".cache" / "ansible-facts"
+CNI = yaml.safe_load((LAB_INVENTORY / "group_vars" / "all" / "k8s.yml").read_text())["k8s_cni_plugin"]
 
 
 def run_site_killing(container: str) -> tuple[subprocess.CompletedProcess, float | None]:
@@ -83,9 +86,18 @@ def test_a_host_killed_mid_run_does_not_stop_the_others(k8s_cluster):  # noqa: A
         # No cached fact file was left half-written.
         for path in FACTS.iterdir():
             json.loads(path.read_text())
-        # gpu1's routes come from the API's Nodes, gpu2's facts or not.
-        routes = on("gpu1", "cat /usr/local/sbin/ai-platform-pod-routes")
-        assert f"ip route replace {pod_cidr} via {address}" in routes.stdout, routes.stdout
+        if CNI == "calico":
+            # Felix on gpu1 keeps its route to every block Calico's IPAM gave gpu2, through the tunnel.
+            blocks = [b["spec"]["cidr"] for b in kubectl_json("get blockaffinities.crd.projectcalico.org")["items"]
+                      if b["spec"]["node"] == VICTIM]
+            assert blocks, "Calico's IPAM gave gpu2 no address block"
+            for block in blocks:
+                route = on("gpu1", f"ip route show {block}")
+                assert "dev vxlan.calico" in route.stdout, (block, route.stdout)
+        else:
+            # gpu1's routes come from the API's Nodes, gpu2's facts or not.
+            routes = on("gpu1", "cat /usr/local/sbin/ai-platform-pod-routes")
+            assert f"ip route replace {pod_cidr} via {address}" in routes.stdout, routes.stdout
     finally:
         sh("podman", "start", container, check=True)
     wait_for(f"{VICTIM} answering over SSH", lambda: on(VICTIM, "true", timeout=20).returncode == 0, timeout=180)
