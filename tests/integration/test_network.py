@@ -1,5 +1,5 @@
-"""The seed's network layer on the lab (issue 33): Calico is the pod network and enforces the seed's
-NetworkPolicies (4.4.3, roles/network_policies), proven with traffic.
+"""The seed's network layer on the lab: Calico is the pod network and enforces the seed's
+NetworkPolicies (design section 4.4.3, roles/network_policies), proven with traffic.
 
 Calico v3.32.1 runs as the lab's CNI, built from its release archive (lab/k8s/build.py) and applied
 from the release's calico-vxlan.yaml by roles/k8s_cni, every pod packet between nodes in VXLAN

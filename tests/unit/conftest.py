@@ -6,9 +6,12 @@
   module's PASSWORD; `switch_pair`: an Onyx one (leaf1, user admin) and a Cumulus NVUE one (leaf2,
   user cumulus). `switch_spec(sw, **kw)` turns one into a switch_roce `switches` entry that pins the
   fake's SSH host key (`ssh_host_key_fingerprints`), as switch_roce requires.
+- `sysfs`: the a100 profile's simulated sysfs tree with its RoCE NIC (mlx5_0 up, mlx5_1 down), built
+  by tests/hardware's builders under tmp_path.
 """
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +21,16 @@ from ansible.module_utils.testing import patch_module_args
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests/hardware/switch"))
 from fake_switch import FakeSwitch  # noqa: E402
+
+HW = ROOT / "tests/hardware"
+
+
+@pytest.fixture
+def sysfs(tmp_path):
+    root = tmp_path / "sys"
+    subprocess.run([sys.executable, str(HW / "sysfs/build_sysfs.py"), str(root), "--profile", "a100"], check=True)
+    subprocess.run([sys.executable, str(HW / "nic/build_roce_sysfs.py"), str(root)], check=True)
+    return root
 
 
 @pytest.fixture

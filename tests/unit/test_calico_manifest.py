@@ -1,4 +1,4 @@
-"""Calico's release manifest set up for the cluster (issue 33, item 1): the filter
+"""Calico's release manifest set up for the cluster (Calico as the pod network, built and run in the lab): the filter
 ai_platform.l1.calico_manifest changes the images, the pool, the encapsulation and the address
 detection, refuses what it cannot redirect, and leaves every other field as released."""
 

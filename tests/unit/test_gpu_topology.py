@@ -4,8 +4,6 @@ Table-tests the parser on every capture in tests/hardware/nvml/topology (reconst
 format, see its README) and checks NCCL_IB_HCA / NCCL_NET_GDR_LEVEL against each machine's affinity.
 """
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -168,14 +166,6 @@ def test_bad_gdr_level_is_refused_with_or_without_topology():
 
 
 # --- the module on the lab's fake sysfs tree (a100 profile: mlx5_0 up, mlx5_1 down) ---
-
-@pytest.fixture
-def sysfs(tmp_path):
-    root = tmp_path / "sys"
-    subprocess.run([sys.executable, str(HW / "sysfs/build_sysfs.py"), str(root), "--profile", "a100"], check=True)
-    subprocess.run([sys.executable, str(HW / "nic/build_roce_sysfs.py"), str(root)], check=True)
-    return root
-
 
 def fake_nvidia_smi(tmp_path, name, rc=0):
     tool = tmp_path / "nvidia-smi"

@@ -13,14 +13,6 @@ HW = ROOT / "tests/hardware"
 
 
 @pytest.fixture
-def sysfs(tmp_path):
-    root = tmp_path / "sys"
-    subprocess.run([sys.executable, str(HW / "sysfs/build_sysfs.py"), str(root), "--profile", "a100"], check=True)
-    subprocess.run([sys.executable, str(HW / "nic/build_roce_sysfs.py"), str(root)], check=True)
-    return root
-
-
-@pytest.fixture
 def run(run_module):
     return run_module
 

@@ -36,14 +36,6 @@ def test_role_defaults_are_the_seeds():
         assert spec["rdma_network_ecn_red_" + key]["type"] == "int"
 
 
-@pytest.fixture
-def sysfs(tmp_path):
-    root = tmp_path / "sys"
-    subprocess.run([sys.executable, str(HW / "sysfs/build_sysfs.py"), str(root), "--profile", "a100"], check=True)
-    subprocess.run([sys.executable, str(HW / "nic/build_roce_sysfs.py"), str(root)], check=True)
-    return root
-
-
 def redp(sysfs, netdev="ens1f0"):
     base = sysfs / "class/net" / netdev / "ecn/redp"
     return {name: (base / name).read_text().strip() for name in SEED}
