@@ -10,22 +10,19 @@ images, which come from the site's mirror by digest.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.ai_platform.l1.plugins.module_utils.release_manifest import (
+    ReleaseManifestError,
+    containers,
+    plain,
+    set_images,
+)
 
 # Image repository in the release manifest -> key of the `images` option.
 CALICO_IMAGES = {'calico/node': 'node', 'calico/cni': 'cni', 'calico/kube-controllers': 'kube-controllers'}
 ENCAPSULATION = ('Always', 'CrossSubnet', 'Never')
-
-
-def _image_key(ref):
-    name = ref.split('@', 1)[0].rsplit(':', 1)[0]  # drop digest and tag
-    for repo, key in CALICO_IMAGES.items():
-        if name == repo or name.endswith('/' + repo):
-            return key
-    return None
 
 
 def _set_env(container, name, value):
@@ -50,23 +47,18 @@ def calico_manifest(documents, images, pool_cidr, *, encapsulation='CrossSubnet'
     if not pool_cidr or '/' not in str(pool_cidr):
         raise AnsibleFilterError('calico_manifest: pool_cidr must be a CIDR (the cluster pod network), got %r'
                                  % (pool_cidr,))
-    # Plain copies: Ansible hands a filter lazy containers, whose nested values are fresh copies on
-    # every access, so an edit made through them would be lost.
-    objects = [json.loads(json.dumps(d)) for d in documents if d]
+    objects = plain(documents)
     backend = None
     node = None
     for obj in objects:
         if obj.get('kind') == 'ConfigMap' and obj.get('metadata', {}).get('name') == 'calico-config':
             backend = obj.get('data', {}).get('calico_backend')
-        pod = obj.get('spec', {}).get('template', {}).get('spec', {})
-        for container in pod.get('initContainers', []) + pod.get('containers', []):
-            key = _image_key(container.get('image', ''))
-            if key is None and 'calico/' in container.get('image', ''):
-                raise AnsibleFilterError('calico_manifest: no mirror image for %s' % container['image'])
-            if key:
-                container['image'] = images[key]
-            if obj.get('kind') == 'DaemonSet' and container.get('name') == 'calico-node':
-                node = container
+        if obj.get('kind') == 'DaemonSet':
+            node = next((c for c in containers(obj) if c.get('name') == 'calico-node'), node)
+    try:
+        set_images(objects, {repo: images[key] for repo, key in CALICO_IMAGES.items()})
+    except ReleaseManifestError as exc:
+        raise AnsibleFilterError('calico_manifest: %s' % exc) from exc
     if node is None or backend is None:
         raise AnsibleFilterError('calico_manifest: not a Calico manifest (no calico-node DaemonSet or calico-config)')
     _set_env(node, 'CALICO_IPV4POOL_CIDR', str(pool_cidr))
