@@ -10,7 +10,9 @@
 
 The nodes come from the lab inventory (-i, default inventories/lab/hosts.yml): every host
 with `ansible_host` and `lab_hardware_profile`; `all.vars` gives lab_name, lab_network and
-lab_subnet. Molecule uses the same code through --spec (a JSON node list, see
+lab_subnet, and `lab_planes`: more networks every node is on (the seed's storage and compute planes,
+4.4.1), each `{network, subnet, interface}`, the node at the same last octet as its `ansible_host`.
+Molecule uses the same code through --spec (a JSON node list, see
 lab/molecule/create.yml), so role tests and the lab start nodes the same way.
 """
 
@@ -194,6 +196,17 @@ class Node:
 
 
 @dataclass
+class Plane:
+    """A network beside the management one: the node's `interface` at its host number in `subnet`."""
+    network: str
+    subnet: str
+    interface: str
+
+    def address(self, management_ip: str) -> str:
+        return ".".join(self.subnet.split("/")[0].split(".")[:3] + [management_ip.split(".")[3]])
+
+
+@dataclass
 class Lab:
     name: str
     network: str
@@ -202,6 +215,12 @@ class Lab:
     # A network labctl does not own (molecule uses podman's default one): never created
     # or removed here.
     external_network: bool = False
+    planes: list[Plane] = field(default_factory=list)
+
+    @property
+    def networks(self) -> dict[str, str | None]:
+        """Every network labctl owns: name -> subnet."""
+        return {self.network: self.subnet, **{p.network: p.subnet for p in self.planes}}
 
     @property
     def labels(self) -> list[str]:
@@ -233,8 +252,14 @@ def lab_from_inventory(path: Path) -> Lab:
                           ip=hvars["ansible_host"], disks=bool(hvars.get("lab_disks", False))))
     if not nodes:
         raise LabError("inventory", "read", f"{path} has no hosts")
+    planes = []
+    for plane in (lab_vars.get("lab_planes") or {}).values():
+        if not all(plane.get(k) for k in ("network", "subnet", "interface")) or not plane["subnet"].endswith("/24"):
+            raise LabError("inventory", "read",
+                           f"{path}: each lab_planes entry needs network, interface and a /24 subnet")
+        planes.append(Plane(plane["network"], plane["subnet"], plane["interface"]))
     return Lab(name, lab_vars.get("lab_network", f"{name}-lab"), lab_vars.get("lab_subnet"),
-               nodes)
+               nodes, planes=planes)
 
 
 def lab_from_spec(path: Path) -> Lab:
@@ -368,12 +393,19 @@ def create_node(node: Node, lab: Lab, image: str) -> None:
     try:
         for volume in node.volumes:
             podman("volume", "create", *lab.labels, volume)
+        networks = ["--network", lab.network]
+        if lab.planes and node.ip and not lab.external_network:
+            # The management network first as eth0, then each plane on its own interface.
+            networks = ["--network", f"{lab.network}:ip={node.ip},interface_name=eth0"]
+            for plane in lab.planes:
+                networks += ["--network", f"{plane.network}:ip={plane.address(node.ip)},"
+                                          f"interface_name={plane.interface}"]
         args = ["run", "-d", "--name", node.container, "--hostname", node.host,
-                "--network", lab.network, *PODMAN_RUN_FLAGS, *lab.labels,
+                *networks, *PODMAN_RUN_FLAGS, *lab.labels,
                 f"--label={LABEL}.host={node.host}",
                 *[f"--label={k}={v}" for k, v in node.labels.items()],
                 *[arg for volume, where in node.volumes.items() for arg in ("-v", f"{volume}:{where}")]]
-        if node.ip and not lab.external_network:
+        if node.ip and not lab.external_network and not lab.planes:
             args += ["--ip", node.ip]
         podman(*args, image)
     except subprocess.CalledProcessError as exc:
@@ -420,7 +452,8 @@ def remove(lab: Lab, names: list[str], volumes: list[str], network: bool) -> Non
     if volumes:
         podman("volume", "rm", "-f", *volumes, check=False)
     if network:
-        podman("network", "rm", "-f", lab.network, check=False)
+        for name in lab.networks:
+            podman("network", "rm", "-f", name, check=False)
 
 
 # ---------------------------------------------------------------- commands
@@ -454,14 +487,16 @@ def cmd_up(lab: Lab, args) -> int:
         existing = containers(lab)
         created_net = False
         if not lab.external_network:
-            if podman("network", "exists", lab.network, check=False).returncode != 0:
+            for net, subnet in lab.networks.items():
+                if podman("network", "exists", net, check=False).returncode == 0:
+                    continue
                 net_args = ["network", "create", *lab.labels]
-                if lab.subnet:
-                    net_args += ["--subnet", lab.subnet]
+                if subnet:
+                    net_args += ["--subnet", subnet]
                 try:
-                    podman(*net_args, lab.network)
+                    podman(*net_args, net)
                 except subprocess.CalledProcessError as exc:
-                    log(f"FAILED: network {lab.network}: {err_text(exc)}")
+                    log(f"FAILED: network {net}: {err_text(exc)}")
                     return 1
                 created_net = True
         drop_stopped(lab, existing)
@@ -506,8 +541,9 @@ def cmd_down(lab: Lab, _args) -> int:
         if not lab.external_network:
             owned = podman("network", "ls", "--filter", f"label={LABEL}.name={lab.name}",
                            "--format", "{{.Name}}").stdout.split()
-            if lab.network in owned:
-                podman("network", "rm", "-f", lab.network, check=False)
+            for net in lab.networks:
+                if net in owned:
+                    podman("network", "rm", "-f", net, check=False)
         # Cached facts describe containers that no longer exist.
         for n in lab.nodes:
             (FACTS_DIR / n.host).unlink(missing_ok=True)

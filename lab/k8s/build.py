@@ -512,6 +512,66 @@ def calico_manifest_files(manifest: manifestlib.Manifest, bins: dict[str, Path])
             for artifact, f in CALICO_MANIFESTS.items()}
 
 
+# Multus (thin plugin) and whereabouts (roles/k8s_multus): Multus from its release archive with the
+# release's vendor/ tree, as its hack/build-go.sh builds it (CGO off, version stamps), imaged as its
+# Dockerfile does (/thin_entrypoint, /install_multus, the plugin under /usr/src/multus-cni/bin) on
+# Debian instead of distroless; whereabouts from its Go module (the proxy serves it), imaged as its
+# Dockerfile does on Debian (its scripts run with /bin/sh and `source`: bash, as alpine's ash
+# takes it). The release manifests: Multus' deployments/multus-daemonset.yml, whereabouts'
+# doc/crds (DaemonSet and the two CRDs) from the module.
+MULTUS_VERSION_PKG = "gopkg.in/k8snetworkplumbingwg/multus-cni.v4/pkg/multus"
+WHEREABOUTS_MODULE = "github.com/k8snetworkplumbingwg/whereabouts"
+WHEREABOUTS_MANIFESTS = {"whereabouts-manifest": "doc/crds/daemonset-install.yaml",
+                         "whereabouts-ippools-crd": "doc/crds/whereabouts.cni.cncf.io_ippools.yaml",
+                         "whereabouts-overlapping-crd":
+                             "doc/crds/whereabouts.cni.cncf.io_overlappingrangeipreservations.yaml"}
+WHEREABOUTS_SCRIPTS = ("install-cni.sh", "lib.sh", "token-watcher.sh")
+
+
+def multus_recipes() -> list[ArchiveRecipe]:
+    ldflags = [f"-X {MULTUS_VERSION_PKG}.version={{version}}", f"-X {MULTUS_VERSION_PKG}.commit={{commit}}",
+               f"-X {MULTUS_VERSION_PKG}.releaseStatus=,released"]
+    return [ArchiveRecipe("multus", "multus-cni",
+                          {"multus": "./cmd/multus", "multus-install": "./cmd/install_multus",
+                           "multus-thin-entrypoint": "./cmd/thin_entrypoint"},
+                          ldflags, keep={"multus-daemonset.yml": "deployments/multus-daemonset.yml"})]
+
+
+def whereabouts_recipe(manifest: manifestlib.Manifest) -> GoRecipe:
+    version = manifest.get("whereabouts-image").version
+    pkg = f"{WHEREABOUTS_MODULE}/pkg/version"
+    return GoRecipe("whereabouts", version, {WHEREABOUTS_MODULE: version},
+                    {"whereabouts": f"{WHEREABOUTS_MODULE}/cmd",
+                     "ip-control-loop": f"{WHEREABOUTS_MODULE}/cmd/controlloop"},
+                    [f"-X {pkg}.Version={version}", f"-X {pkg}.ReleaseStatus=,released"],
+                    main_module=WHEREABOUTS_MODULE)
+
+
+def multus_image_recipes(manifest: manifestlib.Manifest, bins: dict[str, Path], base: str,
+                         whereabouts_base: str) -> list[ImageRecipe]:
+    version = same_release(manifest, "multus-image", "multus-cni")
+    whereabouts = manifest.get("whereabouts-image").version
+    src = Path(module_info(WHEREABOUTS_MODULE, whereabouts, go_env())["Dir"])
+    return [
+        ImageRecipe("multus-image", "multus-cni", version,
+                    {"/thin_entrypoint": bins["multus-thin-entrypoint"], "/install_multus": bins["multus-install"],
+                     "/usr/src/multus-cni/bin/multus": bins["multus"]}, ["/thin_entrypoint"], base=base),
+        ImageRecipe("whereabouts-image", "whereabouts", whereabouts,
+                    {"/whereabouts": bins["whereabouts"], "/ip-control-loop": bins["ip-control-loop"],
+                     **{f"/{n}": src / "script" / n for n in WHEREABOUTS_SCRIPTS}},
+                    ["/install-cni.sh"], base=whereabouts_base, links={"/usr/bin/sh": "bash"}),
+    ]
+
+
+def multus_manifest_files(manifest: manifestlib.Manifest, bins: dict[str, Path]) -> dict[str, dict]:
+    whereabouts = manifest.get("whereabouts-image").version
+    src = Path(module_info(WHEREABOUTS_MODULE, whereabouts, go_env())["Dir"])
+    out = {"multus-manifest": {"version": same_release(manifest, "multus-manifest", "multus-cni"),
+                               "path": str(bins["multus-daemonset.yml"])}}
+    out.update({name: {"version": whereabouts, "path": str(src / rel)} for name, rel in WHEREABOUTS_MANIFESTS.items()})
+    return out
+
+
 # ---------------------------------------------------------------- recipes from the manifest
 
 def versions(manifest: manifestlib.Manifest) -> dict[str, str]:
@@ -1148,7 +1208,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 (the build's st
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", action="append",
                         choices=["kubernetes", "etcd", "coredns", "cni-plugins", *MONITORING_COMPONENTS, "kueue",
-                                 "stargz-snapshotter", "nvidia-device-plugin", "volcano", "calico",
+                                 "stargz-snapshotter", "nvidia-device-plugin", "volcano", "calico", "multus",
+                                 "whereabouts",
                                  *BENCH_COMPONENTS],
                         help="build only these Go components (no images, no record); the benchmark tools "
                              f"({', '.join(BENCH_COMPONENTS)}) are built this way only")
@@ -1164,8 +1225,9 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 (the build's st
             # The benchmark tools (bench_go_recipes) only with --only: never in a full build or its record.
             recipes = {r.component: r for r in [*go_recipes(v), *monitoring_recipes(manifest),
                                                  *queue_recipes(manifest), *storage_recipes(manifest),
+                                                 whereabouts_recipe(manifest),
                                                  *(bench_go_recipes() if args.only else [])]}
-            archive_recipes = [*device_plugin_recipes(), *volcano_recipes(), *calico_recipes()]
+            archive_recipes = [*device_plugin_recipes(), *volcano_recipes(), *calico_recipes(), *multus_recipes()]
             results = []
             for name, recipe in recipes.items():
                 if args.only and name not in args.only:
@@ -1194,6 +1256,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 (the build's st
                                                                              ensure_volcano_webhook_base())),
                        *((r, build_image(r)) for r in calico_image_recipes(
                            manifest, bins, ensure_debian_base("calico-node-base", CALICO_NODE_BASE_PACKAGES))),
+                       *((r, build_image(r)) for r in multus_image_recipes(
+                           manifest, bins, base, ensure_debian_base("whereabouts-base", ["bash"]))),
                        build_receiver(manifest), build_gpuquota_controller(manifest)]
             record = {"arch": ARCH, "versions": v, "artifacts": {},
                       # Lab tooling run by lab/mirror/mirror.py (the eStargz converter).
@@ -1206,6 +1270,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 (the build's st
             for name, path in archives.items():
                 record["artifacts"][name] = {"version": manifest.get(name).version, "path": str(path)}
             record["artifacts"].update(calico_manifest_files(manifest, bins))
+            record["artifacts"].update(multus_manifest_files(manifest, bins))
             for recipe, _ in images:
                 if recipe.artifact not in record["lab_images"]:
                     record["artifacts"][recipe.artifact] = {"version": recipe.tag, "image": recipe.ref}
