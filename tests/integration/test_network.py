@@ -24,6 +24,7 @@ A policy that the API accepted but Calico did not enforce fails the refusal chec
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import textwrap
 import time
@@ -239,3 +240,72 @@ def test_every_node_keeps_its_pod_routes_after_calico_node_restarts(pods):
     assert reach((TRAINING, "gpu-b"), pods[(TRAINING, "gpu-a")], 29500)
     assert not reach((OUTSIDER, "client"), pods[(TRAINING, "gpu-a")], 29500)
 
+
+
+# ---- Multus and whereabouts (4.4.4): the lab's storage plane (lab_planes, eth1 on every node)
+MULTUS_VARS = yaml.safe_load((LAB_INVENTORY / "group_vars" / "all" / "multus.yml").read_text())
+STORAGE_NET = next(n for n in MULTUS_VARS["k8s_multus_networks"] if n["name"] == "storage-net")
+STORAGE_RANGE = ipaddress.ip_network(STORAGE_NET["config"]["ipam"]["range"])
+STOR1_STORAGE_IP = "10.89.101.41"  # stor1 on the storage plane (inventories/lab/hosts.yml, lab_planes)
+
+
+def seed_multi_net_pod(name: str, node: str, networks: list[dict]) -> dict:
+    """The seed's multi-network Pod (4.4.4): its annotation and GPU limit, the lab's python3 image
+    (the seed's pytorch image is not here) serving on the storage interface. One GPU, not eight:
+    the module shares the lab's 16 GPUs with the others."""
+    p = pod("default", name, node)
+    p["metadata"]["annotations"] = {"k8s.v1.cni.cncf.io/networks": json.dumps(networks)}
+    p["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": 1}}
+    p["spec"]["schedulerName"] = "default-scheduler"
+    return p
+
+
+def storage_ip(name: str) -> str:
+    """The Pod's address on the attachment, from Multus' network-status annotation."""
+    got = kubectl_json(f"get pod -n default {name}")
+    status = json.loads(got["metadata"]["annotations"].get("k8s.v1.cni.cncf.io/network-status", "[]"))
+    return next((ip for s in status if s.get("name") == "default/storage-net" for ip in s.get("ips", [])), "")
+
+
+@pytest.fixture(scope="module")
+def multi_net(k8s_cluster):  # noqa: ARG001
+    names = ["multi-net-training", "multi-net-peer"]
+    storage = [{"name": "storage-net", "namespace": "default"}]
+    pods = [seed_multi_net_pod(names[0], "gpu1", storage), seed_multi_net_pod(names[1], "gpu2", storage)]
+    assert kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(pods)).returncode == 0
+    ips = wait_for("the multi-network Pods to run with a storage address",
+                   lambda: all(storage_ip(n) for n in names) and {n: storage_ip(n) for n in names}, timeout=240)
+    yield ips
+    kubectl("delete", "pod", "-n", "default", *names, "--wait=false")
+
+
+def test_multus_and_whereabouts_run_on_every_node(k8s_cluster):
+    for name in ("kube-multus-ds", "whereabouts"):
+        ds = kubectl_json(f"get daemonset -n kube-system {name}")
+        assert ds["status"]["numberReady"] == ds["status"]["desiredNumberScheduled"] == \
+            len(k8s_cluster.control_planes) + len(k8s_cluster.workers), name
+        image = ds["spec"]["template"]["spec"]["containers"][0]["image"]
+        assert image.startswith("10.89.100.1:5000/k8snetworkplumbingwg/") and "@sha256:" in image, image
+    nads = {n["metadata"]["name"]: json.loads(n["spec"]["config"])
+            for n in kubectl_json("get network-attachment-definitions -n default")["items"]}
+    assert nads["storage-net"] == STORAGE_NET["config"]
+    assert nads["ib-net"]["type"] == "ib-sriov" and nads["ib-net"]["ipam"]["type"] == "whereabouts"
+
+
+def test_the_seeds_multi_network_pod_gets_a_storage_interface(multi_net):
+    ip = multi_net["multi-net-training"]
+    assert ipaddress.ip_address(ip) in STORAGE_RANGE, f"{ip} is outside whereabouts' range {STORAGE_RANGE}"
+    links = kubectl("exec", "-n", "default", "multi-net-training", "--", "python3", "-c",
+                    "import socket; print([n for _, n in socket.if_nameindex()])")
+    assert "net1" in links.stdout, links.stdout + links.stderr
+    # whereabouts records the allocation cluster-wide.
+    pools = kubectl_json("get ippools.whereabouts.cni.cncf.io -n kube-system")["items"]
+    allocated = {a["podref"] for p in pools for a in p["spec"].get("allocations", {}).values()}
+    assert "default/multi-net-training" in allocated, allocated
+
+
+def test_pods_talk_on_the_storage_plane(multi_net):
+    src = ("default", "multi-net-peer")
+    assert reach(src, multi_net["multi-net-training"], 29500), "Pod to Pod over storage-net"
+    # The storage node (Ceph) on the storage plane, from a Pod's storage interface: sshd answers.
+    assert reach(src, STOR1_STORAGE_IP, 22, "connect"), "the storage node on the storage plane"
