@@ -309,3 +309,14 @@ def test_pods_talk_on_the_storage_plane(multi_net):
     assert reach(src, multi_net["multi-net-training"], 29500), "Pod to Pod over storage-net"
     # The storage node (Ceph) on the storage plane, from a Pod's storage interface: sshd answers.
     assert reach(src, STOR1_STORAGE_IP, 22, "connect"), "the storage node on the storage plane"
+
+
+def test_ceph_is_on_the_storage_plane(k8s_cluster):  # noqa: ARG001
+    """The lab puts Ceph's public network on the storage plane: the monitor listens on stor1's storage
+    address, and a GPU node reaches it through its storage interface, not the management one."""
+    listening = on("stor1", "ss -Hltn")
+    assert f"{STOR1_STORAGE_IP}:3300" in listening.stdout, listening.stdout
+    route = on("gpu1", f"ip -o route get {STOR1_STORAGE_IP}")
+    assert " dev eth1 " in route.stdout, route.stdout
+    mons = on("stor1", "ceph mon dump --format json")
+    assert STOR1_STORAGE_IP in mons.stdout, mons.stdout + mons.stderr

@@ -53,8 +53,9 @@ MON = LAB_CEPH["ceph_mon_hosts"][0]
 RGW = LAB_CEPH["ceph_rgw_hosts"][0]
 ROLE_DEFAULTS = yaml.safe_load((REPO / "roles" / "ceph" / "defaults" / "main.yml").read_text())
 TIB = 1024 ** 4
-RGW_ADDRESS = next(h["ansible_host"] for g in INV["children"].values() for name, h in (g.get("hosts") or {}).items()
-                   if name == RGW)
+# The gateway's storage-plane address (ceph_address), where the lab puts Ceph.
+RGW_ADDRESS = next(h.get("ceph_address", h["ansible_host"]) for g in INV["children"].values()
+                   for name, h in (g.get("hosts") or {}).items() if name == RGW)
 ENDPOINT = f"http://{RGW_ADDRESS}:{LAB_CEPH.get('ceph_rgw_port', 7480)}"
 
 
