@@ -572,6 +572,33 @@ def multus_manifest_files(manifest: manifestlib.Manifest, bins: dict[str, Path])
     return out
 
 
+# NVIDIA/Mellanox's RDMA shared device plugin (roles/k8s_multus, k8s_multus_rdma_resources): from its
+# Go module as its Makefile builds it (CGO off, tag no_openssl), imaged as its Dockerfile does on Debian
+# with the PCI ID database (alpine's hwdata-pci there). The release manifest: the module's
+# deployment/k8s/base/daemonset.yaml.
+RDMA_DP_MODULE = "github.com/Mellanox/k8s-rdma-shared-dev-plugin"
+
+
+def rdma_device_plugin_recipe(manifest: manifestlib.Manifest) -> GoRecipe:
+    version = manifest.get("rdma-shared-dev-plugin-image").version
+    return GoRecipe("rdma-shared-dev-plugin", version, {RDMA_DP_MODULE: version},
+                    {"k8s-rdma-shared-dp": f"{RDMA_DP_MODULE}/cmd/k8s-rdma-shared-dp"},
+                    [f"-X main.version={version}"], main_module=RDMA_DP_MODULE, tags=["no_openssl"])
+
+
+def rdma_device_plugin_image_recipe(manifest: manifestlib.Manifest, bins: dict[str, Path], base: str) -> ImageRecipe:
+    return ImageRecipe("rdma-shared-dev-plugin-image", "k8s-rdma-shared-dev-plugin",
+                       manifest.get("rdma-shared-dev-plugin-image").version,
+                       {"/bin/k8s-rdma-shared-dp": bins["k8s-rdma-shared-dp"]}, ["/bin/k8s-rdma-shared-dp"], base=base)
+
+
+def rdma_device_plugin_manifest_file(manifest: manifestlib.Manifest) -> dict[str, dict]:
+    version = manifest.get("rdma-shared-dev-plugin-image").version
+    src = Path(module_info(RDMA_DP_MODULE, version, go_env())["Dir"])
+    return {"rdma-shared-dev-plugin-manifest": {"version": version,
+                                                "path": str(src / "deployment" / "k8s" / "base" / "daemonset.yaml")}}
+
+
 # ---------------------------------------------------------------- recipes from the manifest
 
 def versions(manifest: manifestlib.Manifest) -> dict[str, str]:
@@ -1209,7 +1236,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 (the build's st
     parser.add_argument("--only", action="append",
                         choices=["kubernetes", "etcd", "coredns", "cni-plugins", *MONITORING_COMPONENTS, "kueue",
                                  "stargz-snapshotter", "nvidia-device-plugin", "volcano", "calico", "multus",
-                                 "whereabouts",
+                                 "whereabouts", "rdma-shared-dev-plugin",
                                  *BENCH_COMPONENTS],
                         help="build only these Go components (no images, no record); the benchmark tools "
                              f"({', '.join(BENCH_COMPONENTS)}) are built this way only")
@@ -1225,7 +1252,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 (the build's st
             # The benchmark tools (bench_go_recipes) only with --only: never in a full build or its record.
             recipes = {r.component: r for r in [*go_recipes(v), *monitoring_recipes(manifest),
                                                  *queue_recipes(manifest), *storage_recipes(manifest),
-                                                 whereabouts_recipe(manifest),
+                                                 whereabouts_recipe(manifest), rdma_device_plugin_recipe(manifest),
                                                  *(bench_go_recipes() if args.only else [])]}
             archive_recipes = [*device_plugin_recipes(), *volcano_recipes(), *calico_recipes(), *multus_recipes()]
             results = []
@@ -1258,6 +1285,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 (the build's st
                            manifest, bins, ensure_debian_base("calico-node-base", CALICO_NODE_BASE_PACKAGES))),
                        *((r, build_image(r)) for r in multus_image_recipes(
                            manifest, bins, base, ensure_debian_base("whereabouts-base", ["bash"]))),
+                       *((r, build_image(r)) for r in [rdma_device_plugin_image_recipe(
+                           manifest, bins, ensure_debian_base("rdma-dp-base", ["pci.ids"]))]),
                        build_receiver(manifest), build_gpuquota_controller(manifest)]
             record = {"arch": ARCH, "versions": v, "artifacts": {},
                       # Lab tooling run by lab/mirror/mirror.py (the eStargz converter).
@@ -1271,6 +1300,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 (the build's st
                 record["artifacts"][name] = {"version": manifest.get(name).version, "path": str(path)}
             record["artifacts"].update(calico_manifest_files(manifest, bins))
             record["artifacts"].update(multus_manifest_files(manifest, bins))
+            record["artifacts"].update(rdma_device_plugin_manifest_file(manifest))
             for recipe, _ in images:
                 if recipe.artifact not in record["lab_images"]:
                     record["artifacts"][recipe.artifact] = {"version": recipe.tag, "image": recipe.ref}
