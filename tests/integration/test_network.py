@@ -320,3 +320,15 @@ def test_ceph_is_on_the_storage_plane(k8s_cluster):  # noqa: ARG001
     assert " dev eth1 " in route.stdout, route.stdout
     mons = on("stor1", "ceph mon dump --format json")
     assert STOR1_STORAGE_IP in mons.stdout, mons.stdout + mons.stderr
+
+
+def test_the_rdma_shared_device_plugin_runs_and_offers_no_device_here(k8s_cluster):
+    """The RDMA path of an extra interface: the plugin runs on every node with the inventory's resources;
+    the lab has no RDMA device (its NICs are files), so the resource is offered with none."""
+    ds = kubectl_json("get daemonset -n kube-system rdma-shared-dp-ds")
+    assert ds["status"]["numberReady"] == ds["status"]["desiredNumberScheduled"] == \
+        len(k8s_cluster.control_planes) + len(k8s_cluster.workers)
+    config = json.loads(kubectl_json("get configmap -n kube-system rdma-devices")["data"]["config.json"])
+    assert config["configList"] == MULTUS_VARS["k8s_multus_rdma_resources"]
+    node = kubectl_json("get node gpu1")
+    assert node["status"]["allocatable"].get("rdma/rdma_shared_compute", "0") == "0"
