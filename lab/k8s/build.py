@@ -547,11 +547,16 @@ def whereabouts_recipe(manifest: manifestlib.Manifest) -> GoRecipe:
                     main_module=WHEREABOUTS_MODULE)
 
 
+def whereabouts_source(manifest: manifestlib.Manifest) -> Path:
+    """The whereabouts module's files (its scripts and manifests), from the module cache."""
+    return Path(module_info(WHEREABOUTS_MODULE, manifest.get("whereabouts-image").version, go_env())["Dir"])
+
+
 def multus_image_recipes(manifest: manifestlib.Manifest, bins: dict[str, Path], base: str,
-                         whereabouts_base: str) -> list[ImageRecipe]:
+                         whereabouts_base: str, src: Path) -> list[ImageRecipe]:
+    """Multus' image and whereabouts' (src: whereabouts_source)."""
     version = same_release(manifest, "multus-image", "multus-cni")
     whereabouts = manifest.get("whereabouts-image").version
-    src = Path(module_info(WHEREABOUTS_MODULE, whereabouts, go_env())["Dir"])
     return [
         ImageRecipe("multus-image", "multus-cni", version,
                     {"/thin_entrypoint": bins["multus-thin-entrypoint"], "/install_multus": bins["multus-install"],
@@ -563,9 +568,8 @@ def multus_image_recipes(manifest: manifestlib.Manifest, bins: dict[str, Path], 
     ]
 
 
-def multus_manifest_files(manifest: manifestlib.Manifest, bins: dict[str, Path]) -> dict[str, dict]:
+def multus_manifest_files(manifest: manifestlib.Manifest, bins: dict[str, Path], src: Path) -> dict[str, dict]:
     whereabouts = manifest.get("whereabouts-image").version
-    src = Path(module_info(WHEREABOUTS_MODULE, whereabouts, go_env())["Dir"])
     out = {"multus-manifest": {"version": same_release(manifest, "multus-manifest", "multus-cni"),
                                "path": str(bins["multus-daemonset.yml"])}}
     out.update({name: {"version": whereabouts, "path": str(src / rel)} for name, rel in WHEREABOUTS_MANIFESTS.items()})
@@ -1284,7 +1288,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 (the build's st
                        *((r, build_image(r)) for r in calico_image_recipes(
                            manifest, bins, ensure_debian_base("calico-node-base", CALICO_NODE_BASE_PACKAGES))),
                        *((r, build_image(r)) for r in multus_image_recipes(
-                           manifest, bins, base, ensure_debian_base("whereabouts-base", ["bash"]))),
+                           manifest, bins, base, ensure_debian_base("whereabouts-base", ["bash"]),
+                           whereabouts_source(manifest))),
                        *((r, build_image(r)) for r in [rdma_device_plugin_image_recipe(
                            manifest, bins, ensure_debian_base("rdma-dp-base", ["pci.ids"]))]),
                        build_receiver(manifest), build_gpuquota_controller(manifest)]
@@ -1299,7 +1304,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 (the build's st
             for name, path in archives.items():
                 record["artifacts"][name] = {"version": manifest.get(name).version, "path": str(path)}
             record["artifacts"].update(calico_manifest_files(manifest, bins))
-            record["artifacts"].update(multus_manifest_files(manifest, bins))
+            record["artifacts"].update(multus_manifest_files(manifest, bins, whereabouts_source(manifest)))
             record["artifacts"].update(rdma_device_plugin_manifest_file(manifest))
             for recipe, _ in images:
                 if recipe.artifact not in record["lab_images"]:

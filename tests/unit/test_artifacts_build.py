@@ -127,12 +127,20 @@ def test_every_manifest_image_has_a_lab_recipe(tmp_path):
     recipes.update({r.artifact: r for r in build.volcano_image_recipes(manifest, volcano_bins, "base")})
     calico_bins = {n: tmp_path for r in build.calico_recipes() for n in (*r.binaries, *r.keep)}
     recipes.update({r.artifact: r for r in build.calico_image_recipes(manifest, calico_bins, "base")})
+    multus_bins = {n: Path("/x") for r in build.multus_recipes() for n in r.binaries}
+    multus_bins.update({n: Path("/x") for n in build.whereabouts_recipe(manifest).binaries})
+    recipes.update({r.artifact: r for r in build.multus_image_recipes(manifest, multus_bins, "base", "bash-base",
+                                                                      tmp_path)})
+    rdma_bins = {n: Path("/x") for n in build.rdma_device_plugin_recipe(manifest).binaries}
+    rdma = build.rdma_device_plugin_image_recipe(manifest, rdma_bins, "base")
+    recipes[rdma.artifact] = rdma
     images = {a.name: a for a in manifest.artifacts.values()
               if a.is_image and not any(a.name.startswith(p) for p in build.NOT_BUILT)}
     assert set(recipes) == set(images)
     for name, recipe in recipes.items():
         # Tagged as `kubeadm config images list` names them (or the charts do), under the local prefix.
-        bases = {"registry_k8s_io": "", "quay_io": "", "ai_platform": "", "nvcr_io": "", "docker_io": ""}
+        bases = {"registry_k8s_io": "", "quay_io": "", "ai_platform": "", "nvcr_io": "", "docker_io": "",
+                 "ghcr_io": ""}
         upstream = lib.render(images[name].template, {**bases, "version": images[name].version})
         assert recipe.ref.endswith(upstream.split("/")[-1]), (recipe.ref, upstream)
         assert recipe.tag == images[name].version
