@@ -1,4 +1,4 @@
-"""The RDMA layer on the lab's GPU nodes after site.yml (issue 33, items 4 and 5): roles/rdma_network,
+"""The RDMA layer on the lab's GPU nodes after site.yml: roles/rdma_network,
 run inside playbooks/nvidia.yml right after the driver, on the simulated RoCE NIC (a sysfs tree in
 files, tests/hardware/nic) and the fake nvidia-smi's `topo -m` (a DGX A100-like capture,
 tests/hardware/nvml/topology).

@@ -1,4 +1,4 @@
-"""roles/k8s_multus (issue 33, item 3): the attachments' CNI configurations are checked before anything
+"""roles/k8s_multus: the attachments' CNI configurations are checked before anything
 is applied, the images come from the resolved artifacts by digest, the RDMA device plugin's
 configuration is the inventory's. Rendered for real by ansible-playbook with the role's own vars; the
 lab applies the same objects (tests/integration/test_network.py)."""

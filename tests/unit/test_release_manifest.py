@@ -1,4 +1,4 @@
-"""Upstream release manifests with the site's images (issue 33): module_utils/release_manifest.py,
+"""Upstream release manifests with the site's images: module_utils/release_manifest.py,
 shared by the filters ai_platform.l1.release_manifest (Multus, whereabouts) and calico_manifest."""
 
 from __future__ import annotations
