@@ -156,6 +156,9 @@ class GoRecipe:
     # Files added to a copy of main_module the build uses instead (path -> content): generated
     # files a module zip leaves out, such as web assets that //go:embed wants.
     module_files: dict[str, str] = field(default_factory=dict)
+    # Take main_module's versioned replaces (module => module version) as they are: a release
+    # whose go.mod pins a dependency at a version the proxy cannot serve (v0.0.0) maps it there.
+    upstream_replaces: bool = False
 
     @property
     def root(self) -> Path:
@@ -164,7 +167,7 @@ class GoRecipe:
     def key(self, gover: str) -> str:
         recipe = asdict(self)
         # Fields added later count only when set: older recipes keep their keys (and builds).
-        for name in ("tags", "nosumdb", "module_files"):
+        for name in ("tags", "nosumdb", "module_files", "upstream_replaces"):
             if not recipe[name]:
                 del recipe[name]
         return digest({"recipe": recipe, "go": gover, "rev": RECIPE_REVISION})
@@ -199,7 +202,20 @@ def go_mod_text(recipe: GoRecipe, upstream_gomod: str) -> str:
         if not local:
             raise BuildError(f"{recipe.main_module}: no local replaces found in its go.mod")
         lines += ["", "replace ("] + [f"\t{m} => {m} {recipe.staging_version}" for m in sorted(local)] + [")"]
+    if recipe.upstream_replaces:
+        versioned = [f"\t{m.group(1)} => {m.group(2)}" for m in upstream_replace_lines(upstream_gomod)]
+        if not versioned:
+            raise BuildError(f"{recipe.main_module}: no versioned replaces found in its go.mod")
+        lines += ["", "replace ("] + versioned + [")"]
     return "\n".join(lines) + "\n"
+
+
+def upstream_replace_lines(gomod: str) -> list[re.Match]:
+    """`old [version] => new version` lines of a go.mod (in a replace block or on their own);
+    local replaces (=> ./path) are left out."""
+    body = "\n".join(re.findall(r"^replace\s*\(\n(.*?)^\)", gomod, re.M | re.S))
+    body += "\n" + "\n".join(re.findall(r"^replace\s+([^(\s].*)$", gomod, re.M))
+    return [m for m in re.finditer(r"^\s*(\S+(?:\s+v\S+)?)\s+=>\s+(\S+\s+v\S+)\s*$", body, re.M)]
 
 
 def go_get(recipe: GoRecipe, src: Path, env: dict, logfile: Path) -> None:
@@ -587,7 +603,9 @@ def rdma_device_plugin_recipe(manifest: manifestlib.Manifest) -> GoRecipe:
     version = manifest.get("rdma-shared-dev-plugin-image").version
     return GoRecipe("rdma-shared-dev-plugin", version, {RDMA_DP_MODULE: version},
                     {"k8s-rdma-shared-dp": f"{RDMA_DP_MODULE}/cmd/k8s-rdma-shared-dp"},
-                    [f"-X main.version={version}"], main_module=RDMA_DP_MODULE, tags=["no_openssl"])
+                    [f"-X main.version={version}"], main_module=RDMA_DP_MODULE, tags=["no_openssl"],
+                    # its go.mod pins genproto and x/sys at v0.0.0 and replaces them
+                    upstream_replaces=True)
 
 
 def rdma_device_plugin_image_recipe(manifest: manifestlib.Manifest, bins: dict[str, Path], base: str) -> ImageRecipe:

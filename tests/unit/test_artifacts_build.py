@@ -72,6 +72,39 @@ def test_a_module_without_staging_replaces_is_an_error():
         build.go_mod_text(k8s_recipe(), "module k8s.io/kubernetes\n\ngo 1.24\n")
 
 
+RDMA_DP_GOMOD = """module github.com/Mellanox/k8s-rdma-shared-dev-plugin
+
+go 1.23
+
+require google.golang.org/genproto v0.0.0 // indirect
+
+replace (
+	github.com/gogo/protobuf => github.com/gogo/protobuf v1.3.2
+	google.golang.org/genproto v0.0.0 => github.com/googleapis/go-genproto v0.0.0-20200117163144-32f20d992d24
+	example.com/local => ./local
+)
+
+replace golang.org/x/sys v0.0.0 => github.com/golang/sys v0.0.0-20190813064441-fde4db37ae7a
+"""
+
+
+def test_upstream_versioned_replaces_carry_over_and_local_ones_do_not():
+    recipe = build.GoRecipe("rdma", "v1.5.3", {"github.com/Mellanox/k8s-rdma-shared-dev-plugin": "v1.5.3"}, {},
+                            main_module="github.com/Mellanox/k8s-rdma-shared-dev-plugin", upstream_replaces=True)
+    text = build.go_mod_text(recipe, RDMA_DP_GOMOD)
+    assert ("\tgoogle.golang.org/genproto v0.0.0 => github.com/googleapis/go-genproto "
+            "v0.0.0-20200117163144-32f20d992d24") in text
+    assert "\tgithub.com/gogo/protobuf => github.com/gogo/protobuf v1.3.2" in text
+    assert "\tgolang.org/x/sys v0.0.0 => github.com/golang/sys v0.0.0-20190813064441-fde4db37ae7a" in text
+    assert "./local" not in text
+    # Without the flag a dependency's replaces stay out (the default for every other recipe).
+    recipe.upstream_replaces = False
+    assert "replace" not in build.go_mod_text(recipe, RDMA_DP_GOMOD)
+    with pytest.raises(build.BuildError, match="no versioned replaces"):
+        build.go_mod_text(build.GoRecipe("x", "v1", {"m": "v1"}, {}, main_module="m", upstream_replaces=True),
+                          "module m\n\ngo 1.24\n")
+
+
 def test_kubernetes_version_ldflags_match_hack_lib_version():
     recipe = k8s_recipe("v1.34.4")
     flags = " ".join(recipe.ldflags)
