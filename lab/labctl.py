@@ -491,6 +491,10 @@ def cmd_up(lab: Lab, args) -> int:
                 if podman("network", "exists", net, check=False).returncode == 0:
                     continue
                 net_args = ["network", "create", *lab.labels]
+                if net in {p.network for p in lab.planes}:
+                    # A plane carries node-to-node traffic only, as in a data centre: no gateway,
+                    # so no second default route that could become a node's "default address".
+                    net_args.append("--internal")
                 if subnet:
                     net_args += ["--subnet", subnet]
                 try:

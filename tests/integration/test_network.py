@@ -322,6 +322,14 @@ def test_ceph_is_on_the_storage_plane(k8s_cluster):  # noqa: ARG001
     assert STOR1_STORAGE_IP in mons.stdout, mons.stdout + mons.stderr
 
 
+def test_the_planes_carry_no_default_route(k8s_cluster):
+    """Storage and compute planes are node-to-node networks: every node keeps one default route, on
+    management (eth0), so the node address the roles take from it (kubeadm, etcd) stays there."""
+    for host in [*k8s_cluster.control_planes, *k8s_cluster.workers]:
+        routes = on(host, "ip -o -4 route show default").stdout.splitlines()
+        assert len(routes) == 1 and " dev eth0" in routes[0], f"{host}: {routes}"
+
+
 def test_the_rdma_shared_device_plugin_runs_and_offers_no_device_here(k8s_cluster):
     """The RDMA path of an extra interface: the plugin runs on every node with the inventory's resources;
     the lab has no RDMA device (its NICs are files), so the resource is offered with none."""
