@@ -479,30 +479,37 @@ def drop_stopped(lab: Lab, existing: dict[str, dict]) -> None:
         existing.pop(n.container)
 
 
+def create_networks(lab: Lab) -> bool:
+    """The lab's networks that do not exist yet; True when one was created."""
+    created = False
+    if lab.external_network:
+        return created
+    for net, subnet in lab.networks.items():
+        if podman("network", "exists", net, check=False).returncode == 0:
+            continue
+        net_args = ["network", "create", *lab.labels]
+        if net in {p.network for p in lab.planes}:
+            # A plane carries node-to-node traffic only, as in a data centre: no gateway, so no
+            # second default route that could become a node's "default address".
+            net_args.append("--internal")
+        if subnet:
+            net_args += ["--subnet", subnet]
+        podman(*net_args, net)
+        created = True
+    return created
+
+
 def cmd_up(lab: Lab, args) -> int:
     t0 = time.monotonic()
     image = ensure_image()
     pubkey = ensure_ssh_key()
     with locked(f"lab-{lab.name}"):
         existing = containers(lab)
-        created_net = False
-        if not lab.external_network:
-            for net, subnet in lab.networks.items():
-                if podman("network", "exists", net, check=False).returncode == 0:
-                    continue
-                net_args = ["network", "create", *lab.labels]
-                if net in {p.network for p in lab.planes}:
-                    # A plane carries node-to-node traffic only, as in a data centre: no gateway,
-                    # so no second default route that could become a node's "default address".
-                    net_args.append("--internal")
-                if subnet:
-                    net_args += ["--subnet", subnet]
-                try:
-                    podman(*net_args, net)
-                except subprocess.CalledProcessError as exc:
-                    log(f"FAILED: network {net}: {err_text(exc)}")
-                    return 1
-                created_net = True
+        try:
+            created_net = create_networks(lab)
+        except subprocess.CalledProcessError as exc:
+            log(f"FAILED: network: {err_text(exc)}")
+            return 1
         drop_stopped(lab, existing)
         new = [n for n in lab.nodes if n.container not in existing]
         for n in lab.nodes:

@@ -549,7 +549,7 @@ def multus_recipes() -> list[ArchiveRecipe]:
                f"-X {MULTUS_VERSION_PKG}.releaseStatus=,released"]
     return [ArchiveRecipe("multus", "multus-cni",
                           {"multus": "./cmd/multus", "multus-install": "./cmd/install_multus",
-                           "multus-thin-entrypoint": "./cmd/thin_entrypoint"},
+                           "multus-thin-entrypoint": "./cmd/thin_entrypoint", "multus-passthru": "./cmd/passthru-cni"},
                           ldflags, keep={"multus-daemonset.yml": "deployments/multus-daemonset.yml"})]
 
 
@@ -576,7 +576,9 @@ def multus_image_recipes(manifest: manifestlib.Manifest, bins: dict[str, Path], 
     return [
         ImageRecipe("multus-image", "multus-cni", version,
                     {"/thin_entrypoint": bins["multus-thin-entrypoint"], "/install_multus": bins["multus-install"],
-                     "/usr/src/multus-cni/bin/multus": bins["multus"]}, ["/thin_entrypoint"], base=base),
+                     # install_multus --type thin copies both (hack/build-go.sh builds them into bin/)
+                     "/usr/src/multus-cni/bin/multus": bins["multus"],
+                     "/usr/src/multus-cni/bin/passthru": bins["multus-passthru"]}, ["/thin_entrypoint"], base=base),
         ImageRecipe("whereabouts-image", "whereabouts", whereabouts,
                     {"/whereabouts": bins["whereabouts"], "/ip-control-loop": bins["ip-control-loop"],
                      **{f"/{n}": src / "script" / n for n in WHEREABOUTS_SCRIPTS}},

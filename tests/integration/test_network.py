@@ -24,16 +24,21 @@ A policy that the API accepted but Calico did not enforce fails the refusal chec
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import json
+import sys
 import textwrap
 import time
+import urllib.request
 
 import pytest
 import yaml
+from ansible_collections.ai_platform.l1.plugins.filter.release_manifest import release_manifest
 from conftest import (
     CONTROL_PLANES,
     LAB_INVENTORY,
+    OVERLAY,
     REPO,
     admin_kubeconfig,
     controller_kubectl,
@@ -41,11 +46,15 @@ from conftest import (
     on,
     playbook,
     recap,
+    server_dry_run,
     tail,
     wait_for,
 )
 
 IMAGE = "10.89.100.1:5000/ai-l1-lab/python3-debian:bookworm"
+OCI_ACCEPT = ", ".join(["application/vnd.oci.image.index.v1+json", "application/vnd.oci.image.manifest.v1+json",
+                        "application/vnd.docker.distribution.manifest.v2+json",
+                        "application/vnd.docker.distribution.manifest.list.v2+json"])
 NET_VARS = yaml.safe_load((LAB_INVENTORY / "group_vars" / "all" / "network.yml").read_text())
 NETWORK_PLAY = REPO / "playbooks" / "network.yml"
 TRAINING = NET_VARS["network_policies_training_namespaces"][0]
@@ -330,13 +339,37 @@ def test_the_planes_carry_no_default_route(k8s_cluster):
         assert len(routes) == 1 and " dev eth0" in routes[0], f"{host}: {routes}"
 
 
-def test_the_rdma_shared_device_plugin_runs_and_offers_no_device_here(k8s_cluster):
-    """The RDMA path of an extra interface: the plugin runs on every node with the inventory's resources;
-    the lab has no RDMA device (its NICs are files), so the resource is offered with none."""
-    ds = kubectl_json("get daemonset -n kube-system rdma-shared-dp-ds")
-    assert ds["status"]["numberReady"] == ds["status"]["desiredNumberScheduled"] == \
-        len(k8s_cluster.control_planes) + len(k8s_cluster.workers)
-    config = json.loads(kubectl_json("get configmap -n kube-system rdma-devices")["data"]["config.json"])
-    assert config["configList"] == MULTUS_VARS["k8s_multus_rdma_resources"]
-    node = kubectl_json("get node gpu1")
-    assert node["status"]["allocatable"].get("rdma/rdma_shared_compute", "0") == "0"
+def test_the_rdma_shared_device_plugin_passes_the_api(k8s_cluster):  # noqa: ARG001
+    """NVIDIA/Mellanox's RDMA shared device plugin cannot run here (the lab's kernel has no RDMA
+    subsystem): its release manifest from the lab mirror, with the lab's build of its image by digest
+    (the release_manifest rule the role applies), and the ConfigMap of the sample inventory's resources
+    pass the API server's validation; the image is in the lab registry."""
+    sys.path.insert(0, str(REPO / "artifacts"))
+    import artifacts  # noqa: PLC0415
+
+    overlay = yaml.safe_load(OVERLAY.read_text())
+    manifest = artifacts.load(overlay=OVERLAY)
+    got = {a["name"]: a for a in artifacts.resolve(
+        manifest, "amd64", files_mirror=overlay["files_mirror"], images_mirror=overlay["images_mirror"],
+        names=["rdma-shared-dev-plugin-manifest", "rdma-shared-dev-plugin-image"])}
+    image = got["rdma-shared-dev-plugin-image"]
+    ref = f"{image['image']}@{image['sha256']}"
+    with urllib.request.urlopen(got["rdma-shared-dev-plugin-manifest"]["url"], timeout=30) as resp:  # noqa: S310
+        text = resp.read()
+    assert hashlib.sha256(text).hexdigest() == got["rdma-shared-dev-plugin-manifest"]["sha256"]
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    objects = release_manifest(docs, {"mellanox/k8s-rdma-shared-dev-plugin": ref})
+    daemonset = next(o for o in objects if o["kind"] == "DaemonSet")
+    assert [c["image"] for c in daemonset["spec"]["template"]["spec"]["containers"]] == [ref]
+    sample = yaml.safe_load((REPO / "inventories" / "sample" / "group_vars" / "all" / "network.yml").read_text())
+    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "rdma-devices", "namespace": "kube-system"},
+              "data": {"config.json": json.dumps({"periodicUpdateInterval": 300,
+                                                  "configList": sample["k8s_multus_rdma_resources"]})}}
+    proc = server_dry_run([config, *objects])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("(server dry run)") == len(objects) + 1, proc.stdout
+    registry, _, repo = image["image"].partition("/")
+    head = urllib.request.Request(f"http://{registry}/v2/{repo.rsplit(':', 1)[0]}/manifests/{image['sha256']}",
+                                  method="HEAD", headers={"Accept": OCI_ACCEPT})
+    with urllib.request.urlopen(head, timeout=30) as resp:  # noqa: S310
+        assert resp.status == 200
