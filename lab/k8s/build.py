@@ -660,8 +660,11 @@ def go_recipes(v: dict[str, str]) -> list[GoRecipe]:
                 "kube-scheduler", "kube-proxy"]
     etcd = v["etcd"]
     cni = v["cni"]
+    # The release archive's plugins that the lab's pod network and attachments use (Multus' extra
+    # interfaces: macvlan, ipvlan, host-device, tuning; static addresses).
     cni_plugins = {"bridge": "main/bridge", "host-local": "ipam/host-local", "loopback": "main/loopback",
-                   "portmap": "meta/portmap"}
+                   "portmap": "meta/portmap", "macvlan": "main/macvlan", "ipvlan": "main/ipvlan",
+                   "host-device": "main/host-device", "tuning": "meta/tuning", "static": "ipam/static"}
     return [
         GoRecipe("kubernetes", k8s, {"k8s.io/kubernetes": k8s},
                  {c: f"k8s.io/kubernetes/cmd/{c}" for c in k8s_cmds}, kver,
