@@ -13,8 +13,10 @@ durations is printed either way.
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -44,6 +46,38 @@ STAGES: dict[str, list[str]] = {
 # the integration tests, which wait for lint, sanity and unit; niced, molecule (its containers
 # included: they inherit it) takes the CPU the others leave instead of slowing them down.
 NICE: dict[str, int] = {"molecule-scenarios": 10}
+
+
+def cpu_times() -> tuple[float, float]:
+    """(busy, total) jiffies of the whole machine since boot, from /proc/stat (0, 0 where it is absent)."""
+    try:
+        fields = [float(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0.0, 0.0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def busy_percent(before: tuple[float, float], after: tuple[float, float]) -> str:
+    total = after[1] - before[1]
+    return f"{100 * (after[0] - before[0]) / total:3.0f} %" if total > 0 else "  ?"
+
+
+class CpuSampler(threading.Thread):
+    """The machine's CPU use each `every` seconds: where the run leaves the cores idle (a stage that
+    could start earlier) and where stages compete for them."""
+
+    def __init__(self, every: float = 60.0) -> None:
+        super().__init__(daemon=True)
+        self.every, self.samples, self._done = every, [cpu_times()], threading.Event()
+
+    def run(self) -> None:
+        while not self._done.wait(self.every):
+            self.samples.append(cpu_times())
+
+    def stop(self) -> list[str]:
+        self._done.set()
+        return [busy_percent(a, b).strip().removesuffix(" %") for a, b in itertools.pairwise(self.samples)]
 
 
 def fmt(seconds: float) -> str:
@@ -83,6 +117,9 @@ def main(argv: list[str]) -> int:
     t0 = time.monotonic()
     procs: dict[str, tuple[subprocess.Popen, object]] = {}
     times: dict[str, tuple[float, float]] = {}
+    cpu: dict[str, tuple[tuple[float, float], tuple[float, float]]] = {}
+    sampler = CpuSampler()
+    sampler.start()
 
     def start(stage: str) -> None:
         print(f"== {fmt(time.monotonic() - t0)}: stage {stage} started (log: {(LOGS / stage).relative_to(ROOT)}.log)",
@@ -92,6 +129,7 @@ def main(argv: list[str]) -> int:
         procs[stage] = (subprocess.Popen([*nice, "make", "--no-print-directory", stage], cwd=ROOT, stdout=log,
                                          stderr=subprocess.STDOUT), log)
         times[stage] = (time.monotonic() - t0, 0.0)
+        cpu[stage] = (cpu_times(), (0.0, 0.0))
 
     def poll(stage: str) -> int | None:
         proc, log = procs[stage]
@@ -101,6 +139,7 @@ def main(argv: list[str]) -> int:
         log.close()
         began = times[stage][0]
         times[stage] = (began, time.monotonic() - t0)
+        cpu[stage] = (cpu[stage][0], cpu_times())
         print(f"== {fmt(time.monotonic() - t0)}: stage {stage} "
               f"{'passed' if code == 0 else f'FAILED, exit {code}'} ({fmt(times[stage][1] - began)})", flush=True)
         sys.stdout.write((LOGS / f"{stage}.log").read_text(errors="replace"))
@@ -109,14 +148,17 @@ def main(argv: list[str]) -> int:
 
     codes = schedule(chosen, start, poll)
     ok = all(code == 0 for code in codes.values()) and set(codes) == set(chosen)
-    print("\n== make test: stage durations (start and end from the beginning of the run)")
+    print("\n== make test: stage durations (start and end from the beginning of the run; the machine's CPU use "
+          "while the stage ran)")
     for stage, (began, ended) in times.items():
         state = "" if codes.get(stage) == 0 else "  FAILED"
-        print(f"   {stage:<20} {fmt(ended - began):>14}   {fmt(began):>14} .. {fmt(ended):<14}{state}")
+        print(f"   {stage:<20} {fmt(ended - began):>14}   {fmt(began):>14} .. {fmt(ended):<14} "
+              f"CPU {busy_percent(*cpu[stage])}{state}")
     not_run = [s for s in chosen if s not in codes]
     if not_run:
         print(f"   not run: {', '.join(not_run)}")
-    print(f"   {'total':<20} {fmt(time.monotonic() - t0):>14}  ({'passed' if ok else 'FAILED'})", flush=True)
+    print(f"   {'total':<20} {fmt(time.monotonic() - t0):>14}  ({'passed' if ok else 'FAILED'})")
+    print(f"   CPU use by minute (%): {' '.join(sampler.stop())}", flush=True)
     return 0 if ok else 1
 
 

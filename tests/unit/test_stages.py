@@ -88,3 +88,10 @@ def test_named_stages_run_without_what_they_wait_for(monkeypatch, tmp_path, argv
 
 def test_an_unknown_stage_is_refused():
     assert stages.main(["no-such-stage"]) == 2
+
+
+def test_cpu_use_is_the_busy_share_of_the_jiffies_between_two_samples():
+    assert stages.busy_percent((100.0, 400.0), (250.0, 600.0)) == " 75 %"
+    assert stages.busy_percent((1.0, 1.0), (1.0, 1.0)) == "  ?"
+    busy, total = stages.cpu_times()
+    assert 0 <= busy <= total
