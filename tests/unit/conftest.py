@@ -6,6 +6,8 @@
   module's PASSWORD; `switch_pair`: an Onyx one (leaf1, user admin) and a Cumulus NVUE one (leaf2,
   user cumulus). `switch_spec(sw, **kw)` turns one into a switch_roce `switches` entry that pins the
   fake's SSH host key (`ssh_host_key_fingerprints`), as switch_roce requires.
+- `role_expression(tmp_path, role, content, **extra)` (a function): what a role's defaults and vars make of the Jinja
+  expression `content` (a string), rendered by ansible-playbook on localhost with `extra` as -e vars.
 - `sysfs`: the a100 profile's simulated sysfs tree with its RoCE NIC (mlx5_0 up, mlx5_1 down), built
   by tests/hardware's builders under tmp_path.
 """
@@ -23,6 +25,32 @@ sys.path.insert(0, str(ROOT / "tests/hardware/switch"))
 from fake_switch import FakeSwitch  # noqa: E402
 
 HW = ROOT / "tests/hardware"
+
+
+ROLE_PLAY = """
+- hosts: localhost
+  connection: local
+  gather_facts: false
+  vars_files: [{role}/defaults/main.yml, {role}/vars/main.yml]
+  tasks:
+    - ansible.builtin.copy:
+        dest: "{{{{ out }}}}"
+        content: "{{{{ {content} }}}}"
+        mode: "0600"
+"""
+
+
+def role_expression(tmp_path: Path, role: str, content: str, **extra) -> str:
+    """What role's defaults and vars make of the Jinja expression `content`, rendered by ansible-playbook."""
+    (tmp_path / "play.yml").write_text(ROLE_PLAY.format(role=ROOT / "roles" / role, content=content))
+    out = tmp_path / "out"
+    (tmp_path / "vars.json").write_text(json.dumps({"out": str(out), "ansible_python_interpreter": sys.executable,
+                                                    **extra}))
+    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,",
+                           str(tmp_path / "play.yml"), "-e", f"@{tmp_path / 'vars.json'}"],
+                          capture_output=True, text=True, check=False, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out.read_text()
 
 
 @pytest.fixture

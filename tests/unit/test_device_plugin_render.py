@@ -6,41 +6,20 @@ vars; the lab applies the same objects to a real API server (tests/integration/t
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from conftest import role_expression
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "k8s_device_plugins"
-# One localhost play with the role's defaults and vars: writes the Jinja expression CONTENT to `out`.
-PLAY = """
-- hosts: localhost
-  connection: local
-  gather_facts: false
-  vars_files: [{role}/defaults/main.yml, {role}/vars/main.yml]
-  tasks:
-    - ansible.builtin.copy:
-        dest: "{{{{ out }}}}"
-        content: "{{{{ {content} }}}}"
-        mode: "0600"
-"""
 DIGEST = "sha256:" + "ab" * 32
 
 
 def run_play(tmp_path: Path, content: str, **extra) -> str:
     """What the role's vars make of the Jinja expression `content`, rendered by ansible-playbook."""
-    (tmp_path / "play.yml").write_text(PLAY.format(role=ROLE, content=content))
-    out = tmp_path / "out"
-    (tmp_path / "vars.json").write_text(json.dumps({"out": str(out), "ansible_python_interpreter": sys.executable,
-                                                    **extra}))
-    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,",
-                           str(tmp_path / "play.yml"), "-e", f"@{tmp_path / 'vars.json'}"],
-                          capture_output=True, text=True, check=False, cwd=REPO)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return out.read_text()
+    return role_expression(tmp_path, "k8s_device_plugins", content, **extra)
 
 
 def render_objects(tmp_path: Path, template: str, **extra) -> list[dict]:

@@ -6,25 +6,13 @@ lab applies the same objects (tests/integration/test_network.py)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import role_expression
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "k8s_multus"
-PLAY = """
-- hosts: localhost
-  connection: local
-  gather_facts: false
-  vars_files: [{role}/defaults/main.yml, {role}/vars/main.yml]
-  tasks:
-    - ansible.builtin.copy:
-        dest: "{{{{ out }}}}"
-        content: "{{{{ {content} | to_json }}}}"
-        mode: "0600"
-"""
 DIGEST = "sha256:" + "cd" * 32
 ARTIFACTS = {
     "multus-image": {"image": "m:5000/k8snetworkplumbingwg/multus-cni:v4.3.0", "sha256": DIGEST},
@@ -36,15 +24,8 @@ STORAGE = {"name": "storage-net", "config": {"cniVersion": "0.3.1", "type": "mac
 
 
 def render(tmp_path: Path, content: str, **extra):
-    (tmp_path / "play.yml").write_text(PLAY.format(role=ROLE, content=content))
-    out = tmp_path / "out"
-    (tmp_path / "vars.json").write_text(json.dumps({"out": str(out), "ansible_python_interpreter": sys.executable,
-                                                    "k8s_multus_artifacts": ARTIFACTS, **extra}))
-    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,",
-                           str(tmp_path / "play.yml"), "-e", f"@{tmp_path / 'vars.json'}"],
-                          capture_output=True, text=True, check=False, cwd=REPO)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(out.read_text())
+    return json.loads(role_expression(tmp_path, "k8s_multus", f"{content} | to_json",
+                                      k8s_multus_artifacts=ARTIFACTS, **extra))
 
 
 @pytest.mark.parametrize(("config", "problem"), [
