@@ -1,7 +1,9 @@
 """etcd backups off the node on the lab (roles/etcd_backup, playbooks/etcd_backup.yml): every control
 plane runs the timer, the leader of the moment takes the copy, each copy is a valid snapshot once
 decrypted with the inventory's key, it lands in the lab's own Ceph gateway as a user who owns only
-its bucket, the retention count holds, and a failed run is recorded in the metrics.
+its bucket, the retention count holds, and a failed run is recorded in the metrics. Then the
+restore drill: the etcd data of every control plane destroyed, `ai-l1-day2 restore-etcd` brings
+the objects back from the newest copy while the workers' Pods keep running (its RTO printed).
 
 The copies go to the bucket of inventories/lab/group_vars/all/etcd_backup.yml; S3 is read from a
 control plane with the same credentials the program uses (python3-boto3 is there).
@@ -10,11 +12,32 @@ control plane with the same credentials the program uses (python3-boto3 is there
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import yaml
-from conftest import CONTROL_PLANES, LAB_INVENTORY, REPO, on, playbook, recap, tail
+from conftest import (
+    CONTROL_PLANES,
+    ENV,
+    KUBECTL,
+    LAB_INVENTORY,
+    REPO,
+    WORKERS,
+    kubectl_json,
+    not_ready_nodes,
+    on,
+    playbook,
+    recap,
+    record,
+    tail,
+    wait_for,
+)
 
 VARS = yaml.safe_load((LAB_INVENTORY / "group_vars" / "all" / "etcd_backup.yml").read_text())
 PLAY = REPO / "playbooks" / "etcd_backup.yml"
@@ -138,3 +161,80 @@ def test_a_failed_run_is_recorded_and_the_rollout_puts_the_configuration_back(k8
     assert metrics(CONTROL_PLANES[0])["ai_l1_etcd_backup_last_attempt_success"] == 1
     again = playbook(PLAY)
     assert again.returncode == 0 and all(s["changed"] == 0 for s in recap(again.stdout).values()), tail(again)
+
+
+# ---- the restore drill (ai-l1-day2 restore-etcd)
+
+TOOL = [str(Path(sys.executable).parent / "ai-l1-day2")]
+# Kinds counted before the snapshot and after the restore (cluster-wide).
+KINDS = ("namespaces", "configmaps", "secrets", "serviceaccounts", "services", "deployments", "daemonsets",
+         "nodes", "clusterroles", "clusterrolebindings", "customresourcedefinitions", "pods")
+MARKER_NS = "restore-drill"
+
+
+def restore(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([*TOOL, "restore-etcd", "-i", str(LAB_INVENTORY), "--json", *args], cwd=REPO, env=ENV,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def counts() -> dict[str, int]:
+    return {kind: len(kubectl_json(f"get {kind} -A")["items"]) for kind in KINDS}
+
+
+def worker_pods() -> dict[str, tuple]:
+    """The workers' running Pods: uid -> (name, restart counts)."""
+    pods = kubectl_json("get pods -A --field-selector status.phase=Running")["items"]
+    return {p["metadata"]["uid"]: (p["metadata"]["name"],
+                                   tuple(c.get("restartCount", 0) for c in p["status"].get("containerStatuses", [])))
+            for p in pods if p["spec"].get("nodeName") in WORKERS}
+
+
+def destroy_etcd(host: str) -> subprocess.CompletedProcess:
+    """Stop the member, delete its data, start it again on the empty directory."""
+    return on(host, "set -e; sudo mv /etc/kubernetes/manifests/etcd.yaml /root/etcd.yaml.drill; "
+                    "for i in $(seq 90); do ss -Hltn 'sport = :2379' | grep -q . || break; sleep 1; done; "
+                    "sudo rm -rf /var/lib/etcd; sudo mv /root/etcd.yaml.drill /etc/kubernetes/manifests/etcd.yaml",
+              timeout=180)
+
+
+def test_restore_is_refused_while_a_quorum_is_healthy(k8s_cluster):  # noqa: ARG001
+    proc = restore()
+    assert proc.returncode == 2, tail(proc)
+    assert "healthy quorum" in proc.stdout + proc.stderr, tail(proc)
+    assert not on(CONTROL_PLANES[0], "sudo test -e /etc/kubernetes/ai-l1-restore").returncode == 0
+
+
+def test_restore_after_every_member_lost_its_data(k8s_cluster):  # noqa: ARG001
+    marker = os.urandom(8).hex()
+    cp = CONTROL_PLANES[0]
+    made = on(cp, f"{KUBECTL} create namespace {MARKER_NS} && "
+                  f"{KUBECTL} -n {MARKER_NS} create configmap marker --from-literal=value={marker}")
+    assert made.returncode == 0, tail(made)
+    before, running = counts(), worker_pods()
+    snap = on(leader(), "sudo /usr/local/sbin/ai-l1-etcd-backup", timeout=600)
+    assert snap.returncode == 0, tail(snap)
+    with ThreadPoolExecutor(len(CONTROL_PLANES)) as pool:
+        for host, proc in zip(CONTROL_PLANES, pool.map(destroy_etcd, CONTROL_PLANES), strict=True):
+            assert proc.returncode == 0, f"{host}: {tail(proc)}"
+    lost = on(cp, f"{KUBECTL} --request-timeout=10s -n {MARKER_NS} get configmap marker", timeout=60)
+    assert lost.returncode != 0, "the API still serves the ConfigMap: the data was not destroyed"
+
+    t0 = time.monotonic()
+    proc = restore()
+    assert proc.returncode == 0, tail(proc, 120)
+    wait_for("the API through the VIP", lambda: on(cp, f"{KUBECTL} get --raw /readyz").returncode == 0, 300, 1)
+    record("etcd restore RTO (command to API answering)", time.monotonic() - t0)
+    assert json.loads(proc.stdout)["status"] == "successful"
+
+    got = kubectl_json(f"-n {MARKER_NS} get configmap marker")
+    assert got["data"]["value"] == marker
+    wait_for("the same objects", lambda: counts() == before, 120, 5)
+    # The workers' Pods ran through it: the same Pods, no container restarted.
+    still = worker_pods()
+    assert {uid: still.get(uid) for uid in running} == running
+    assert not_ready_nodes() == []
+    members = on(cp, f"sudo ETCDCTL_API=3 {tool('etcdctl')} {ETCD_TLS} member list -w json")
+    assert len(json.loads(members.stdout)["members"]) == len(CONTROL_PLANES), tail(members)
+    for host in CONTROL_PLANES:
+        on(host, "sudo rm -rf /var/lib/etcd.before-restore-*")
+    on(cp, f"{KUBECTL} delete namespace {MARKER_NS} --wait=false")
