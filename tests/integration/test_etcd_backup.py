@@ -182,9 +182,9 @@ def counts() -> dict[str, int]:
 
 
 def worker_pods() -> dict[str, tuple]:
-    """The workers' running Pods: uid -> (name, restart counts)."""
+    """The workers' running Pods: uid -> (namespace, name, restart counts)."""
     pods = kubectl_json("get pods -A --field-selector status.phase=Running")["items"]
-    return {p["metadata"]["uid"]: (p["metadata"]["name"],
+    return {p["metadata"]["uid"]: (p["metadata"]["namespace"], p["metadata"]["name"],
                                    tuple(c.get("restartCount", 0) for c in p["status"].get("containerStatuses", [])))
             for p in pods if p["spec"].get("nodeName") in WORKERS}
 
@@ -206,9 +206,10 @@ def test_restore_is_refused_while_a_quorum_is_healthy(k8s_cluster):  # noqa: ARG
 
 def test_restore_after_every_member_lost_its_data(k8s_cluster):  # noqa: ARG001
     marker = os.urandom(8).hex()
+    namespace = f"{MARKER_NS}-{marker[:6]}"
     cp = CONTROL_PLANES[0]
-    made = on(cp, f"{KUBECTL} create namespace {MARKER_NS} && "
-                  f"{KUBECTL} -n {MARKER_NS} create configmap marker --from-literal=value={marker}")
+    made = on(cp, f"{KUBECTL} create namespace {namespace} && "
+                  f"{KUBECTL} -n {namespace} create configmap marker --from-literal=value={marker}")
     assert made.returncode == 0, tail(made)
     before, running = counts(), worker_pods()
     snap = on(leader(), "sudo /usr/local/sbin/ai-l1-etcd-backup", timeout=600)
@@ -216,7 +217,7 @@ def test_restore_after_every_member_lost_its_data(k8s_cluster):  # noqa: ARG001
     with ThreadPoolExecutor(len(CONTROL_PLANES)) as pool:
         for host, proc in zip(CONTROL_PLANES, pool.map(destroy_etcd, CONTROL_PLANES), strict=True):
             assert proc.returncode == 0, f"{host}: {tail(proc)}"
-    lost = on(cp, f"{KUBECTL} --request-timeout=10s -n {MARKER_NS} get configmap marker", timeout=60)
+    lost = on(cp, f"{KUBECTL} --request-timeout=10s -n {namespace} get configmap marker", timeout=60)
     assert lost.returncode != 0, "the API still serves the ConfigMap: the data was not destroyed"
 
     t0 = time.monotonic()
@@ -226,15 +227,21 @@ def test_restore_after_every_member_lost_its_data(k8s_cluster):  # noqa: ARG001
     record("etcd restore RTO (command to API answering)", time.monotonic() - t0)
     assert json.loads(proc.stdout)["status"] == "successful"
 
-    got = kubectl_json(f"-n {MARKER_NS} get configmap marker")
+    got = kubectl_json(f"-n {namespace} get configmap marker")
     assert got["data"]["value"] == marker
     wait_for("the same objects", lambda: counts() == before, 120, 5)
-    # The workers' Pods ran through it: the same Pods, no container restarted.
+    # The workers' Pods ran through it: the same Pods (none replaced), no workload container restarted.
+    # A controller that holds a leader lease (Kueue's, Volcano's) exits when the API is gone longer
+    # than its lease and the kubelet restarts it in place: allowed in the *-system namespaces only.
     still = worker_pods()
-    assert {uid: still.get(uid) for uid in running} == running
+    assert set(running) <= set(still), [running[uid][0] for uid in set(running) - set(still)]
+    restarted = {running[uid][:2]: (running[uid][2], still[uid][2]) for uid in running
+                 if still[uid][2] != running[uid][2]}
+    print("restarted during the restore:", restarted)
+    assert [ns_name for ns_name in restarted if not ns_name[0].endswith("-system")] == []
     assert not_ready_nodes() == []
     members = on(cp, f"sudo ETCDCTL_API=3 {tool('etcdctl')} {ETCD_TLS} member list -w json")
     assert len(json.loads(members.stdout)["members"]) == len(CONTROL_PLANES), tail(members)
     for host in CONTROL_PLANES:
         on(host, "sudo rm -rf /var/lib/etcd.before-restore-*")
-    on(cp, f"{KUBECTL} delete namespace {MARKER_NS} --wait=false")
+    on(cp, f"{KUBECTL} delete namespace {namespace} --wait=false")
