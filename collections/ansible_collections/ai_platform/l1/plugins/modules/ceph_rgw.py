@@ -44,11 +44,9 @@ options:
         description: The user's S3 access key, when the inventory gives the pair (for a consumer on other hosts,
           such as the etcd backups); RGW generates one otherwise. Needs O(users[].secret_key).
         type: str
-        no_log: false
       secret_key:
-        description: The secret key of O(users[].access_key).
+        description: The secret key of O(users[].access_key) (never logged).
         type: str
-        no_log: true
       buckets:
         description: Buckets the user owns.
         type: list
