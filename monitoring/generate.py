@@ -243,6 +243,10 @@ def relay_manifests():
     return "".join(dump(o, src) for o in (script, deployment, service))
 
 
+TEXTFILE_DIR = "/var/lib/node_exporter/textfile"
+TEXTFILE_MOUNT = "/host/textfile"
+
+
 def stack_values():
     am = yaml.safe_load((HERE / "alertmanager/alertmanager.yml").read_text(encoding="utf-8"))
     for receiver in am["receivers"]:
@@ -259,6 +263,13 @@ def stack_values():
             }
         },
         "grafana": {"sidecar": {"dashboards": {"enabled": True, "label": "grafana_dashboard", "labelValue": "1"}}},
+        # Metrics that host programs write as files (the etcd backups: roles/etcd_backup's
+        # etcd_backup_textfile_dir), read by node_exporter's textfile collector.
+        "prometheus-node-exporter": {
+            "extraArgs": [f"--collector.textfile.directory={TEXTFILE_MOUNT}"],
+            "extraHostVolumeMounts": [{"name": "textfile", "hostPath": TEXTFILE_DIR, "type": "DirectoryOrCreate",
+                                       "mountPath": TEXTFILE_MOUNT, "readOnly": True}],
+        },
     }
     return dump(obj, "monitoring/alertmanager/alertmanager.yml")
 

@@ -62,6 +62,8 @@ NEEDS_NODE = {"cordon", "uncordon", "drain", "isolate", "mig-reconfigure", "add-
 # the whole cluster (bounded by --max-nodes), nor a control plane unless asked.
 TAKES_CAPACITY = {"cordon", "drain", "isolate", "mig-reconfigure", "remove-node"}
 CONTROL_PLANE_GROUP = "k8s_control_plane"
+# Operations on every control plane at once (no --node): they lock all of them.
+WHOLE_CONTROL_PLANE = {"restore-etcd"}
 # One part of a --node value (the value split on ',' and ':' as ansible-playbook splits a limit): a
 # host or group name, or a glob of '*' over names. Anything else (@file, &group, !group, ~regex,
 # [range], ?) is pattern syntax this check does not resolve the way ansible-playbook would, so it
@@ -79,6 +81,7 @@ HELP = {
     "mig-reconfigure": "apply a MIG layout to NVIDIA nodes (drained around the change)",
     "add-node": "validate and bring new nodes into the cluster (the site layers limited to them)",
     "remove-node": "drain, kubeadm reset and delete nodes (refuses breaking etcd quorum)",
+    "restore-etcd": "restore every etcd member from an off-node backup (refused while a quorum is healthy)",
 }
 
 
@@ -167,10 +170,13 @@ def build_parser() -> argparse.ArgumentParser:
     for op in OPERATIONS:
         p = sub.add_parser(op, help=HELP[op], description=HELP[op], epilog=epilog,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-        p.add_argument("-n", "--node", action="append", dest="nodes", metavar="HOST",
-                       required=op in NEEDS_NODE,
-                       help="inventory host or group, or a '*' glob; several separated by ',' (repeatable; "
-                            "the hosts they select become the run's limit; @file, &, !, ~ and [ ] are refused)")
+        if op in WHOLE_CONTROL_PLANE:
+            p.set_defaults(nodes=None)
+        else:
+            p.add_argument("-n", "--node", action="append", dest="nodes", metavar="HOST",
+                           required=op in NEEDS_NODE,
+                           help="inventory host or group, or a '*' glob; several separated by ',' (repeatable; "
+                                "the hosts they select become the run's limit; @file, &, !, ~ and [ ] are refused)")
         p.add_argument("-i", "--inventory", metavar="INVENTORY",
                        help=f"inventory file or directory (required: this or ${INVENTORY_ENV}; there is no default)")
         p.add_argument("-e", "--extra-vars", action="append", dest="extra", metavar="VARS",
@@ -210,6 +216,11 @@ def build_parser() -> argparse.ArgumentParser:
         if op == "remove-node":
             p.add_argument("--keep-node-object", action="store_true",
                            help="reset the host but leave the Node object in the API")
+        if op == "restore-etcd":
+            p.add_argument("--snapshot", metavar="NAME",
+                           help="the copy to restore, as `ai-l1-etcd-backup list` names it (default: the newest)")
+            p.add_argument("--force", action="store_true",
+                           help="restore although etcd has a healthy quorum (every write since the snapshot is lost)")
     return parser
 
 
@@ -217,7 +228,8 @@ def extravars_from(args: argparse.Namespace) -> dict[str, Any]:
     extra = parse_extra(args.extra)
     mapping = {"reason": "day2_reason", "drain_timeout": "day2_drain_timeout", "fault": "day2_fault",
                "details": "day2_fault_details", "alertmanager_url": "day2_alertmanager_url",
-               "max_unavailable": "day2_max_unavailable", "mig_config": "day2_mig_config"}
+               "max_unavailable": "day2_max_unavailable", "mig_config": "day2_mig_config",
+               "snapshot": "day2_snapshot"}
     for attr, var in mapping.items():
         value = getattr(args, attr, None)
         if value not in (None, ""):
@@ -227,6 +239,8 @@ def extravars_from(args: argparse.Namespace) -> dict[str, Any]:
         extra["day2_new_nodes"] = list(args.nodes or [])
     if getattr(args, "keep_node_object", False):
         extra["day2_delete_node"] = False
+    if getattr(args, "force", False):
+        extra["day2_force"] = True
     return extra
 
 
@@ -365,7 +379,10 @@ def main(argv: list[str] | None = None) -> int:
     progress = None if args.quiet or args.verbose else Progress(sys.stderr)
     with ExitStack() as held:
         try:
-            for node in sorted(set(args.nodes or [])):
+            locked = args.nodes or []
+            if args.operation in WHOLE_CONTROL_PLANE:
+                locked = check_hosts(args.inventory, [CONTROL_PLANE_GROUP])
+            for node in sorted(set(locked)):
                 held.enter_context(node_lock(args.runs_dir or default_runs_dir(), node, args.operation))
         except NodeBusy as exc:
             print(f"ai-l1-day2: {exc}", file=sys.stderr)

@@ -62,8 +62,22 @@ def test_every_operation_has_a_subcommand_and_a_playbook_in_the_repo():
     for op, playbook in OPERATIONS.items():
         assert (REPO / "playbooks" / "day2" / playbook).is_file(), playbook
         extra = {"isolate": ["--fault", "xid-79"], "mig-reconfigure": ["--config", "all-balanced"]}.get(op, [])
+        if op in cli.WHOLE_CONTROL_PLANE:
+            args = parser.parse_args([op, *extra])
+            assert args.operation == op and args.nodes is None
+            continue
         args = parser.parse_args([op, "--node", "gpu1", *extra])
         assert args.operation == op and args.nodes == ["gpu1"]
+
+
+def test_restore_etcd_takes_no_node_and_passes_its_options(capsys):
+    parser = cli.build_parser()
+    with pytest.raises(SystemExit) as exc:
+        parser.parse_args(["restore-etcd", "--node", "cp1"])
+    assert exc.value.code == cli.EXIT_BAD_INPUT and "--node" in capsys.readouterr().err
+    args = parser.parse_args(["restore-etcd", "--snapshot", "etcd-20261207T013000Z-r200.db.enc", "--force"])
+    assert cli.extravars_from(args) == {"day2_snapshot": "etcd-20261207T013000Z-r200.db.enc", "day2_force": True}
+    assert cli.extravars_from(parser.parse_args(["restore-etcd"])) == {}
 
 
 def test_playbook_names_use_underscores():

@@ -39,6 +39,7 @@ LAYERS = {
     "network.yml": "network",
     "monitoring.yml": "monitoring",
     "storage.yml": "storage",
+    "etcd_backup.yml": "backup",
 }
 LAYER_TAGS = sorted(t for t in LAYERS.values() if t)
 ROLE_TAGS = ["dcgm", "nvidia_container_toolkit", "nvidia_driver", "rdma"]  # within the nvidia layer

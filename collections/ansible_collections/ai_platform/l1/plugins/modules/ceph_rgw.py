@@ -40,6 +40,13 @@ options:
         description: Display name.
         type: str
         required: true
+      access_key:
+        description: The user's S3 access key, when the inventory gives the pair (for a consumer on other hosts,
+          such as the etcd backups); RGW generates one otherwise. Needs O(users[].secret_key).
+        type: str
+      secret_key:
+        description: The secret key of O(users[].access_key) (never logged).
+        type: str
       buckets:
         description: Buckets the user owns.
         type: list
@@ -138,13 +145,22 @@ class Gateway:
 
 
 def ensure_user(gw, user):
+    given = ['--access-key', user['access_key'], '--secret-key', user['secret_key']] if user.get('access_key') else []
     rc, out = gw.admin('user', 'info', '--uid', user['uid'], ok_rc=(0, 22))
     if rc == 22:  # ENOENT
         gw.actions.append('create user %s' % user['uid'])
-        _rc, out = gw.admin('user', 'create', '--uid', user['uid'], '--display-name', user['display_name'], write=True)
+        _rc, out = gw.admin('user', 'create', '--uid', user['uid'], '--display-name', user['display_name'], *given,
+                            write=True)
         if not out:
             return None
     keys = json.loads(out)['keys']
+    if user.get('access_key'):
+        mine = [k for k in keys if k['access_key'] == user['access_key']]
+        if not mine or mine[0]['secret_key'] != user['secret_key']:
+            # The inventory's key pair (a consumer elsewhere holds it): added, or its secret replaced.
+            gw.actions.append('set the S3 key %s of user %s' % (user['access_key'], user['uid']))
+            _rc, out = gw.admin('key', 'create', '--uid', user['uid'], '--key-type', 's3', *given, write=True)
+        return {'access_key': user['access_key'], 'secret_key': user['secret_key']}
     if not keys:
         gw.fail('user %s has no S3 key' % user['uid'])
     return {'access_key': keys[0]['access_key'], 'secret_key': keys[0]['secret_key']}
@@ -166,11 +182,13 @@ def main():
             users=dict(type='list', elements='dict', required=True, options=dict(
                 uid=dict(type='str', required=True),
                 display_name=dict(type='str', required=True),
+                access_key=dict(type='str', no_log=False),
+                secret_key=dict(type='str', no_log=True),
                 buckets=dict(type='list', elements='dict', default=[], options=dict(
                     name=dict(type='str', required=True),
                     quota=dict(type='str', required=True),
                 )),
-            )),
+            ), required_together=[('access_key', 'secret_key')]),
             cluster=dict(type='str', default='ceph'),
         ),
         supports_check_mode=True,
