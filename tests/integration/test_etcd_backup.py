@@ -52,7 +52,7 @@ def tool(name: str) -> str:
     """etcdctl or etcdutl where the role installs them (the manifest's etcd release)."""
     manifest = yaml.safe_load((REPO / "artifacts" / "manifest.yml").read_text())
     version = next(a["version"] for a in manifest["artifacts"] if a["name"] == "etcd")
-    return f"/opt/ai-l1/etcd/etcd-{version}-linux-amd64/{name}"
+    return f"/opt/ai-platform/etcd/{version}/etcd-{version}-linux-amd64/{name}"
 
 
 def s3(host: str, script: str) -> object:
