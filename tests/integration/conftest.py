@@ -124,9 +124,31 @@ CONTROL_PLANES = group_hosts(INV["children"]["k8s_control_plane"])
 WORKERS = group_hosts(INV["children"]["k8s_worker"])
 
 
+def _addresses(group: dict, out: dict[str, str]) -> dict[str, str]:
+    for host, hvars in (group.get("hosts") or {}).items():
+        if (hvars or {}).get("ansible_host"):
+            out[host] = hvars["ansible_host"]
+    for child in (group.get("children") or {}).values():
+        _addresses(child or {}, out)
+    return out
+
+
+ADDRESSES = _addresses(INV, {})
+# One SSH connection per node for the whole session (OpenSSH multiplexing): the tests poll nodes
+# thousands of times, and a labctl process plus an SSH handshake per poll cost the CPU the lab's
+# control loops need on this 2-core machine. labctl's key and options, as `labctl ssh` uses them.
+SSH_MUX = Path(tempfile.mkdtemp(prefix="ai-l1-ssh."))
+SSH = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+       "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=5", "-o", "ControlMaster=auto",
+       "-o", f"ControlPath={SSH_MUX}/%C", "-o", "ControlPersist=300", "-o", "ServerAliveInterval=5",
+       "-i", str(REPO / ".lab" / "ssh" / "id_ed25519")]
+
+
 def on(host: str, command: str, timeout: int = 120) -> subprocess.CompletedProcess:
-    """A command on a lab node over SSH, as Ansible reaches it."""
-    return sh(*LABCTL, "-i", LAB_INVENTORY / "hosts.yml", "ssh", host, command, timeout=timeout)
+    """A command on a lab node over SSH (root, as `labctl ssh` reaches it)."""
+    if host not in ADDRESSES:
+        return sh(*LABCTL, "-i", LAB_INVENTORY / "hosts.yml", "ssh", host, command, timeout=timeout)
+    return sh(*SSH, f"root@{ADDRESSES[host]}", command, timeout=timeout)
 
 
 def kubectl_json(args: str, host: str | None = None) -> dict:
