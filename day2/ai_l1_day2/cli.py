@@ -63,7 +63,7 @@ NEEDS_NODE = {"cordon", "uncordon", "drain", "isolate", "mig-reconfigure", "add-
 TAKES_CAPACITY = {"cordon", "drain", "isolate", "mig-reconfigure", "remove-node"}
 CONTROL_PLANE_GROUP = "k8s_control_plane"
 # Operations on every control plane at once (no --node): they lock all of them.
-WHOLE_CONTROL_PLANE = {"restore-etcd"}
+WHOLE_CONTROL_PLANE = {"restore-etcd", "renew-certificates"}
 # One part of a --node value (the value split on ',' and ':' as ansible-playbook splits a limit): a
 # host or group name, or a glob of '*' over names. Anything else (@file, &group, !group, ~regex,
 # [range], ?) is pattern syntax this check does not resolve the way ansible-playbook would, so it
@@ -82,6 +82,7 @@ HELP = {
     "add-node": "validate and bring new nodes into the cluster (the site layers limited to them)",
     "remove-node": "drain, kubeadm reset and delete nodes (refuses breaking etcd quorum)",
     "restore-etcd": "restore every etcd member from an off-node backup (refused while a quorum is healthy)",
+    "renew-certificates": "renew kubeadm's certificates, one control plane at a time (the API stays up)",
 }
 
 

@@ -80,6 +80,16 @@ def test_restore_etcd_takes_no_node_and_passes_its_options(capsys):
     assert cli.extravars_from(parser.parse_args(["restore-etcd"])) == {}
 
 
+def test_renew_certificates_takes_every_control_plane_and_no_option(capsys):
+    parser = cli.build_parser()
+    for argv in (["renew-certificates", "--node", "cp1"], ["renew-certificates", "--force"]):
+        with pytest.raises(SystemExit) as exc:
+            parser.parse_args(argv)
+        assert exc.value.code == cli.EXIT_BAD_INPUT, argv
+    capsys.readouterr()
+    assert cli.extravars_from(parser.parse_args(["renew-certificates"])) == {}
+
+
 def test_playbook_names_use_underscores():
     assert OPERATIONS["firmware-update"] == "firmware_update.yml"
     assert OPERATIONS["remove-node"] == "remove_node.yml"
