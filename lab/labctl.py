@@ -11,7 +11,9 @@
 The nodes come from the lab inventory (-i, default inventories/lab/hosts.yml): every host
 with `ansible_host` and `lab_hardware_profile`; `all.vars` gives lab_name, lab_network and
 lab_subnet, and `lab_planes`: more networks every node is on (the seed's storage and compute planes,
-4.4.1), each `{network, subnet, interface}`, the node at the same last octet as its `ansible_host`.
+4.4.1), each `{network, subnet, interface}`, the node at the same last octet as its `ansible_host`;
+`lab_cpu_shares`: the CPU weight of all the lab's nodes together against the host's other work
+(cpu_group below).
 Molecule uses the same code through --spec (a JSON node list, see
 lab/molecule/create.yml), so role tests and the lab start nodes the same way.
 """
@@ -77,6 +79,7 @@ SSH_OPTS = [
 ]
 BOOT_TIMEOUT = 180
 HOOK_TIMEOUT = 900
+CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
 class LabError(Exception):
@@ -216,6 +219,11 @@ class Lab:
     # or removed here.
     external_network: bool = False
     planes: list[Plane] = field(default_factory=list)
+    # The CPU weight of the nodes as one group (cgroup v1 cpu.shares, 1024 the weight of one
+    # process); None: podman's default parent.
+    cpu_shares: int | None = None
+    # Set by cmd_up from cpu_shares: the cgroup parent the new nodes start in.
+    cgroup_parent: str | None = None
 
     @property
     def networks(self) -> dict[str, str | None]:
@@ -258,8 +266,11 @@ def lab_from_inventory(path: Path) -> Lab:
             raise LabError("inventory", "read",
                            f"{path}: each lab_planes entry needs network, interface and a /24 subnet")
         planes.append(Plane(plane["network"], plane["subnet"], plane["interface"]))
+    shares = lab_vars.get("lab_cpu_shares")
+    if shares is not None and (not isinstance(shares, int) or isinstance(shares, bool) or not 2 <= shares <= 262144):
+        raise LabError("inventory", "read", f"{path}: lab_cpu_shares must be a whole number from 2 to 262144")
     return Lab(name, lab_vars.get("lab_network", f"{name}-lab"), lab_vars.get("lab_subnet"),
-               nodes, planes=planes)
+               nodes, planes=planes, cpu_shares=shares)
 
 
 def lab_from_spec(path: Path) -> Lab:
@@ -407,6 +418,8 @@ def create_node(node: Node, lab: Lab, image: str) -> None:
                 *[arg for volume, where in node.volumes.items() for arg in ("-v", f"{volume}:{where}")]]
         if node.ip and not lab.external_network and not lab.planes:
             args += ["--ip", node.ip]
+        if lab.cgroup_parent:
+            args += ["--cgroup-parent", lab.cgroup_parent]
         podman(*args, image)
     except subprocess.CalledProcessError as exc:
         raise LabError(node.host, "podman run", err_text(exc)) from exc
@@ -499,11 +512,44 @@ def create_networks(lab: Lab) -> bool:
     return created
 
 
+def cpu_group(lab: Lab, podman_host: dict) -> str | None:
+    """The cgroup parent for the lab's nodes, weighted lab.cpu_shares against the host's other work.
+
+    Every podman container shares one parent by default (cgroupfs: libpod_parent, weight 1024):
+    seven nodes together then weigh as much as one process on the host, and a test run beside the
+    lab (a linter, pytest workers, molecule's nodes) starves etcd until its writes time out. A
+    parent of their own with a weight of several processes keeps the lab's control loops on time
+    while the rest use what it leaves. Applied where podman manages cgroups itself (cgroupfs,
+    v1 or v2); under systemd's manager the nodes keep podman's default and a line says so.
+    `podman_host`: the `host` part of `podman info`."""
+    if lab.cpu_shares is None:
+        return None
+    manager, version = podman_host.get("cgroupManager"), podman_host.get("cgroupVersion")
+    if manager != "cgroupfs":
+        log(f"lab_cpu_shares not applied: podman's cgroup manager is {manager}, not cgroupfs")
+        return None
+    parent = f"{LABEL}-{lab.name}"
+    if version == "v1":
+        group, setting, value = CGROUP_ROOT / "cpu" / parent, "cpu.shares", lab.cpu_shares
+    else:
+        # cgroup v2's cpu.weight (1-10000) for a v1 share (2-262144): the kernel's and runc's conversion.
+        group, setting, value = CGROUP_ROOT / parent, "cpu.weight", 1 + (lab.cpu_shares - 2) * 9999 // 262142
+    group.mkdir(parents=True, exist_ok=True)
+    (group / setting).write_text(f"{value}\n")
+    return f"/{parent}"
+
+
 def cmd_up(lab: Lab, args) -> int:
     t0 = time.monotonic()
     image = ensure_image()
     pubkey = ensure_ssh_key()
     with locked(f"lab-{lab.name}"):
+        if lab.cpu_shares is not None:
+            try:
+                lab.cgroup_parent = cpu_group(lab, json.loads(podman("info", "--format", "json").stdout)["host"])
+            except (OSError, subprocess.CalledProcessError, KeyError, ValueError) as exc:
+                log(f"FAILED: the nodes' CPU group ({lab.cpu_shares} shares): {exc}")
+                return 1
         existing = containers(lab)
         try:
             created_net = create_networks(lab)

@@ -29,23 +29,23 @@ STAGES: dict[str, list[str]] = {
     # The node image and the lab's artifacts, once, for molecule and the integration tests. Before
     # sanity, not beside it: the receiver image hashes the collection, where sanity writes tests/output.
     "lab-prerequisites": ["bootstrap"],
-    # The gates that need no lab, side by side with molecule's scenarios (which wait on containers
-    # and SSH while the others use the CPU).
+    # The lab's integration tests, the longest stage, as soon as the lab can start; the gates that
+    # need no lab and molecule's scenarios beside them, niced (NICE). The lab's nodes run in a CPU
+    # group of their own weighted as eight processes (inventories/lab, lab_cpu_shares), so its
+    # control loops stay on time while the other stages take the CPU it leaves. (Until 2026-12-07
+    # the integration tests waited for lint, sanity and unit: every container shared podman's one
+    # group, which weighed as much as a single host process, and the lab's etcd starved beside them.)
+    "integration-tests": ["lab-prerequisites"],
     "lint": ["lab-prerequisites"],
     "sanity": ["lab-prerequisites"],
     "unit": ["lab-prerequisites"],
     "ee": ["lab-prerequisites"],
     "molecule-scenarios": ["lab-prerequisites"],
-    # The lab's integration tests once the CPU-bound gates are done, beside the rest of molecule's
-    # scenarios only (2026-12-06: molecule alone left the machine about 40 % idle). Their waits are
-    # on the lab's control loops, which slow down with anything heavy beside them: beside all of
-    # molecule they took 53 min, alone 44.
-    "integration-tests": ["lint", "sanity", "unit"],
 }
-# Lower CPU priority (nice) for stages off the critical path: molecule's scenarios end long before
-# the integration tests, which wait for lint, sanity and unit; niced, molecule (its containers
-# included: they inherit it) takes the CPU the others leave instead of slowing them down.
-NICE: dict[str, int] = {"molecule-scenarios": 10}
+# Lower CPU priority (nice) for the stages off the critical path: they take the CPU the integration
+# tests leave instead of slowing them down. Molecule's nodes are containers in podman's default
+# group (weight 1024), its controller niced here.
+NICE: dict[str, int] = {stage: 10 for stage in ("lint", "sanity", "unit", "ee", "molecule-scenarios")}
 
 
 def cpu_times() -> tuple[float, float]:
