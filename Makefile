@@ -98,4 +98,4 @@ integration: image lab-supplies lab-artifacts
 	@$(MAKE) --no-print-directory integration-tests
 
 integration-tests:
-	python -m pytest -q --durations=40 tests/integration
+	python -m pytest -q --durations=0 --durations-min=5 tests/integration
