@@ -77,6 +77,13 @@ def playbook(*args: str | Path, timeout: int = 3600) -> subprocess.CompletedProc
     return sh("ansible-playbook", "-i", LAB_INVENTORY, *args, timeout=timeout, env=MITOGEN_ENV)
 
 
+def day2_tool(operation: str, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    """ai-l1-day2 OPERATION ARGS -i <the lab inventory> --json, the operator's tool from this venv."""
+    tool = Path(sys.executable).parent / "ai-l1-day2"
+    return subprocess.run([str(tool), operation, *args, "-i", str(LAB_INVENTORY), "--json"], cwd=REPO, env=ENV,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
 def record(key: str, seconds: float) -> None:
     """A measured figure: printed, and kept in TIMINGS under `key` (never asserted)."""
     TIMINGS.parent.mkdir(parents=True, exist_ok=True)

@@ -8,19 +8,16 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import threading
 import time
 from datetime import datetime
-from pathlib import Path
 
 from conftest import (
     CONTROL_PLANES,
-    ENV,
-    LAB_INVENTORY,
     REPO,
     WORKERS,
     admin_kubeconfig,
+    day2_tool,
     kube_api,
     not_ready_nodes,
     on,
@@ -29,7 +26,6 @@ from conftest import (
     tail,
 )
 
-TOOL = [str(Path(sys.executable).parent / "ai-l1-day2")]
 METRICS = "/var/lib/node_exporter/textfile/kubeadm_certificates.prom"
 PKI = "/etc/kubernetes/pki"
 # kubeadm's certificate names -> files (the kubeconfigs carry theirs inline).
@@ -64,8 +60,7 @@ def metrics(host: str) -> dict[tuple[str, str], float]:
 
 
 def renew(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([*TOOL, "renew-certificates", "-i", str(LAB_INVENTORY), "--json", *args], cwd=REPO,
-                          env=ENV, capture_output=True, text=True, timeout=timeout, check=False)
+    return day2_tool("renew-certificates", *args, timeout=timeout)
 
 
 def test_expiry_metrics_match_the_certificates(k8s_cluster):  # noqa: ARG001

@@ -24,18 +24,15 @@ from __future__ import annotations
 import base64
 import http.server
 import json
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import CONTROL_PLANES, ENV, LAB_INVENTORY, REPO, WORKERS, on, tail
+from conftest import CONTROL_PLANES, WORKERS, day2_tool, on, tail
 
 NS = "day2-test"
-TOOL = [str(Path(sys.executable).parent / "ai-l1-day2")]
 OUR_REASONS = ("day2-test pdb", "firmware update", "fault isolation: xid-79: day2-test")
 OUR_ANNOTATIONS = ("ai-platform.io/cordon-reason", "ai-platform.io/drain-failed", "ai-platform.io/day2-failed")
 FW_MARK = "/var/tmp/day2-test-fw"          # written by the fake firmware command
@@ -160,8 +157,7 @@ class CordonWatch(threading.Thread):
 def day2(*args: str, timeout: int = 600) -> tuple[int, dict, str]:
     """Run the tool; returns (exit code, --json summary, progress lines)."""
     t0 = time.monotonic()
-    proc = subprocess.run([*TOOL, *args, "-i", str(LAB_INVENTORY), "--json"], cwd=REPO, env=ENV,
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    proc = day2_tool(*args, timeout=timeout)
     print(f"timing ai-l1-day2 {' '.join(args)[:80]}: {time.monotonic() - t0:.0f}s (exit {proc.returncode})")
     try:
         summary = json.loads(proc.stdout)

@@ -15,20 +15,18 @@ import json
 import os
 import shlex
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 import yaml
 from conftest import (
     CONTROL_PLANES,
-    ENV,
     KUBECTL,
     LAB_INVENTORY,
     REPO,
     WORKERS,
+    day2_tool,
     kubectl_json,
     not_ready_nodes,
     on,
@@ -168,7 +166,6 @@ def test_a_failed_run_is_recorded_and_the_rollout_puts_the_configuration_back(k8
 
 # ---- the restore drill (ai-l1-day2 restore-etcd)
 
-TOOL = [str(Path(sys.executable).parent / "ai-l1-day2")]
 # Kinds counted before the snapshot and after the restore (cluster-wide).
 KINDS = ("namespaces", "configmaps", "secrets", "serviceaccounts", "services", "deployments", "daemonsets",
          "nodes", "clusterroles", "clusterrolebindings", "customresourcedefinitions", "pods")
@@ -176,8 +173,7 @@ MARKER_NS = "restore-drill"
 
 
 def restore(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([*TOOL, "restore-etcd", "-i", str(LAB_INVENTORY), "--json", *args], cwd=REPO, env=ENV,
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    return day2_tool("restore-etcd", *args, timeout=timeout)
 
 
 def counts() -> dict[str, int]:
