@@ -1,9 +1,11 @@
 """The Kubernetes rollout on the lab, for real: 3 control planes (stacked etcd) behind the
 keepalived + haproxy virtual IP, 3 workers, every node Ready, etcd with 3 healthy members, the
 API still answering through the VIP while the control plane holding it is stopped, and a
-second `site.yml` run that changes nothing. Also, on the live cluster: the accelerator discovery
-labels (seed 4.1.2, roles/node_labels) on the GPU and NPU Nodes, computed here from the simulated
-hardware itself, and the k8s_worker role's taint reconciliation through kubernetes.core.
+second `site.yml` run that changes nothing on any host and keeps every Ceph OSD (the only
+second run of the layers site.yml imports: their own files do not repeat it). Also, on the live
+cluster: the accelerator discovery labels (seed 4.1.2, roles/node_labels) on the GPU and NPU
+Nodes, computed here from the simulated hardware itself, and the k8s_worker role's taint
+reconciliation through kubernetes.core.
 
 Needs root podman, the node image (`make image`), the lab's Kubernetes artifacts
 (`bash lab/k8s/build.sh`) and the mirror serving them (`python lab/mirror/mirror.py up`);
@@ -48,6 +50,7 @@ K8S_VARS = yaml.safe_load((LAB_INVENTORY / "group_vars" / "all" / "k8s.yml").rea
 VIP = K8S_VARS["k8s_control_plane_vip"]
 VIP_URL = f"https://{VIP}:8443/readyz"
 HW = REPO / "tests" / "hardware"
+CEPH_MON = yaml.safe_load((LAB_INVENTORY / "group_vars" / "storage" / "ceph.yml").read_text())["ceph_mon_hosts"][0]
 WORKER_NODE_PLAY = REPO / "tests" / "integration" / "playbooks" / "k8s_worker_node.yml"
 
 
@@ -330,14 +333,23 @@ def test_api_survives_the_vip_holder_being_stopped(cluster):
         time.sleep(5)
 
 
+def ceph_osds() -> dict[int, tuple[str, int]]:
+    proc = on(CEPH_MON, "sudo ceph osd dump -f json")
+    assert proc.returncode == 0, f"ceph osd dump on {CEPH_MON}:\n{tail(proc)}"
+    return {o["osd"]: (o["uuid"], o["up"]) for o in json.loads(proc.stdout)["osds"]}
+
+
 def test_second_run_changes_nothing(cluster):
     # Under the mitogen strategy (conftest.playbook), as the tests' other runs; the first run is linear.
+    osds = ceph_osds()
     t0 = time.monotonic()
     second = playbook(SITE)
     record("site_second_run_s", time.monotonic() - t0)
     assert second.returncode == 0, f"second site.yml run failed:\n{tail(second, 150)}"
     result = recap(second.stdout)
-    missing = set(CONTROL_PLANES + WORKERS) - set(result)
+    missing = set(CONTROL_PLANES + WORKERS + group_hosts(INV["children"]["storage"])) - set(result)
     assert not missing, f"hosts missing from the recap: {missing}"
     changed = {h: r["changed"] for h, r in result.items() if r["changed"]}
     assert not changed, f"second run changed something: {changed}\n{tail(second, 150)}"
+    # The storage layer re-ran without recreating an OSD (same ids, uuids, all up).
+    assert ceph_osds() == osds

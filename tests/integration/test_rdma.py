@@ -7,15 +7,17 @@ tests/hardware/nvml/topology).
   back after they are lost;
 - GPUDirect RDMA: nvidia-peermem is persisted in modules-load.d and its load recorded as skipped
   (a container shares the host's kernel), with the reason;
-- /etc/nccl.conf keeps the seed's NCCL_NET_GDR_LEVEL=3 and an NCCL_IB_HCA the topology allows;
-- a second run of playbooks/rdma.yml changes nothing.
+- /etc/nccl.conf keeps the seed's NCCL_NET_GDR_LEVEL=3 and an NCCL_IB_HCA the topology allows.
+
+That a second run changes nothing is test_kubernetes.py's second site.yml run (nvidia.yml runs the
+role on every GPU node).
 """
 
 from __future__ import annotations
 
 import json
 
-from conftest import REPO, on, playbook, recap, tail
+from conftest import on
 
 NODE = "gpu1"
 IFACE_SYSFS = "/etc/ai-l1-lab/sysfs/class/net/ens1f0"
@@ -52,9 +54,3 @@ def test_nccl_conf_follows_the_gpu_nic_topology(k8s_cluster):  # noqa: ARG001
     conf = dict(line.split("=", 1) for line in on(NODE, "cat /etc/nccl.conf").stdout.split() if "=" in line)
     assert conf["NCCL_NET_GDR_LEVEL"] == "3"
     assert conf["NCCL_IB_HCA"], conf
-
-
-def test_a_second_rdma_run_changes_nothing(k8s_cluster):  # noqa: ARG001
-    run = playbook(REPO / "playbooks" / "rdma.yml", "--limit", NODE)
-    assert run.returncode == 0, tail(run)
-    assert recap(run.stdout)[NODE]["changed"] == 0, tail(run)

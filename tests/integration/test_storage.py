@@ -6,8 +6,8 @@ Asserted against the running cluster:
 - health is HEALTH_OK, or HEALTH_WARN with only the lab's accepted check (one replica per pool);
 - each pool uses its class's rule and every placement group sits on OSDs of that class only;
 - an RBD image is created, written and read back with client.csi-rbd's key, which cannot create a
-  pool nor read a pool outside its caps; no host but the monitor holds client.admin's key;
-- a second run of the storage play changes nothing and keeps every OSD (same ids and uuids);
+  pool nor read a pool outside its caps; no host but the monitor holds client.admin's key (that a
+second run changes nothing and keeps every OSD is test_kubernetes.py's second site.yml run);
 - an OSD killed with SIGKILL is marked down by the monitor and comes back up (systemd restarts it);
 - through RGW's S3 API: every seed bucket exists under its owner with the seed's quota; a user's key
   reaches only its own buckets; a write past a bucket's quota is refused with QuotaExceeded;
@@ -34,8 +34,6 @@ from conftest import (
     group_hosts,
     kubectl_json,
     on,
-    playbook,
-    recap,
     server_dry_run,
     sh,
     tail,
@@ -163,15 +161,6 @@ def test_rbd_image_with_the_least_privilege_client(cluster, tmp_path):
 
 def osd_state() -> dict[int, tuple[str, int]]:
     return {o["osd"]: (o["uuid"], o["up"]) for o in ceph("osd dump")["osds"]}
-
-
-def test_a_second_run_changes_nothing_and_keeps_the_osds(cluster):
-    before = osd_state()
-    run = playbook(REPO / "playbooks" / "storage.yml")
-    assert run.returncode == 0, tail(run, 120)
-    counts = recap(run.stdout)
-    assert {h: counts[h]["changed"] for h in STORAGE} == {h: 0 for h in STORAGE}, tail(run, 120)
-    assert osd_state() == before
 
 
 def test_a_killed_osd_is_reported_down_and_comes_back(cluster):
