@@ -79,6 +79,7 @@ HELP = {
     "isolate": "fault isolation: cordon, drain, taint and label with the fault, alert",
     "firmware-update": "rolling firmware update, at most --max-unavailable nodes at a time, health-gated",
     "mig-reconfigure": "apply a MIG layout to NVIDIA nodes (drained around the change)",
+    "upgrade-driver": "move GPU/NPU nodes to the pinned driver, at most --max-unavailable at a time, drained first",
     "add-node": "validate and bring new nodes into the cluster (the site layers limited to them)",
     "remove-node": "drain, kubeadm reset and delete nodes (refuses breaking etcd quorum)",
     "restore-etcd": "restore every etcd member from an off-node backup (refused while a quorum is healthy)",
@@ -192,9 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="stop the whole run after this many seconds (exit 4)")
         p.add_argument("--runs-dir", type=Path, metavar="DIR",
                        help="where run directories are kept (default $AI_L1_DAY2_RUNS or .cache/day2-runs)")
-        if op in ("cordon", "drain", "firmware-update", "mig-reconfigure", "remove-node"):
+        if op in ("cordon", "drain", "firmware-update", "mig-reconfigure", "upgrade-driver", "remove-node"):
             p.add_argument("--reason", help="why (recorded on the Node as ai-platform.io/cordon-reason)")
-        if op in ("drain", "isolate", "firmware-update", "mig-reconfigure", "remove-node"):
+        if op in ("drain", "isolate", "firmware-update", "mig-reconfigure", "upgrade-driver", "remove-node"):
             p.add_argument("--drain-timeout", type=_positive, metavar="SECONDS",
                            help="seconds a node may take to drain (default 1800)")
         if op in TAKES_CAPACITY:
@@ -208,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--details", default="", help="free text recorded in the fault annotation and the alert")
             p.add_argument("--alertmanager-url", metavar="URL",
                            help="Alertmanager base URL for the alert (e.g. http://alertmanager:9093)")
-        if op == "firmware-update":
+        if op in ("firmware-update", "upgrade-driver"):
             p.add_argument("--max-unavailable", type=_positive, metavar="N",
                            help="nodes out of service at once (default 1)")
         if op == "mig-reconfigure":

@@ -53,7 +53,7 @@ import yaml
 OPERATIONS: dict[str, str] = {
     op: f"{op.replace('-', '_')}.yml"
     for op in ("cordon", "uncordon", "drain", "isolate", "firmware-update", "mig-reconfigure",
-               "add-node", "remove-node", "restore-etcd", "renew-certificates")
+               "upgrade-driver", "add-node", "remove-node", "restore-etcd", "renew-certificates")
 }
 STATUSES = ("successful", "failed", "timeout", "canceled")
 RUNS_ENV = "AI_L1_DAY2_RUNS"

@@ -79,6 +79,8 @@ from remediation_lab import TOKEN, alert, fetch_kubeconfig, payload  # noqa: E40
 LAB_INVENTORY = ROOT / "inventories" / "lab"
 SAMPLE_INVENTORY = ROOT / "inventories" / "sample"
 FIRMWARE_PLAYBOOK = ROOT / "playbooks" / "day2" / "firmware_update.yml"
+# The per-batch capacity gate every rolling day-2 operation imports.
+CAPACITY_GATE = ROOT / "playbooks" / "day2" / "tasks" / "capacity_gate.yml"
 # The sample's VRRP password is a placeholder the validation refuses (tests/unit/test_validation_play.py).
 SAMPLE_SECRET = ("-e", "k8s_control_plane_vrrp_password=9fQ2vR7x")
 VALIDATION_TASK = "Check groups, per-host values and role arguments"
@@ -228,7 +230,7 @@ def daemonsets_landing(daemonsets: list[dict], labels: dict[str, str], taints: l
 
 
 def cordoned_workers(nodes: list[dict], workers: set[str]) -> list[str]:
-    """What firmware_update.yml computes per batch (day2_fw_cordoned), over the API's Node list."""
+    """What the capacity gate computes per batch (day2_rolling_cordoned), over the API's Node list."""
     return sorted(n["metadata"]["name"] for n in nodes
                   if (n.get("spec") or {}).get("unschedulable") and n["metadata"]["name"] in workers)
 
@@ -248,14 +250,27 @@ def _strip_become(obj):
     return obj
 
 
+def play_tasks(play: dict) -> list[dict]:
+    """A play's tasks, with the capacity gate's tasks in place of the task that imports it."""
+    tasks = []
+    for task in play.get("tasks") or []:
+        imported = task.get("ansible.builtin.import_tasks")
+        if imported and (FIRMWARE_PLAYBOOK.parent / imported).resolve() == CAPACITY_GATE.resolve():
+            tasks.extend(yaml.safe_load(CAPACITY_GATE.read_text()))
+        else:
+            tasks.append(task)
+    return tasks
+
+
 def firmware_planning_play(playbook: list[dict], kubeconfig: str) -> dict:
     """The firmware update's per-batch planning, taken from the playbook itself: its rolling play's
-    serial, failure settings and vars, and the tasks FW_TASKS, with the API read pointed at
-    `kubeconfig` and no privilege escalation (the bench runs them on this machine)."""
+    serial, failure settings and vars, and the tasks FW_TASKS (from the capacity gate it imports),
+    with the API read pointed at `kubeconfig` and no privilege escalation (the bench runs them on
+    this machine)."""
     play = next((p for p in playbook if p.get("name") == FW_PLAY), None)
     if play is None:
         raise ValueError(f"{FIRMWARE_PLAYBOOK.name}: no play named {FW_PLAY!r}")
-    by_name = {t.get("name"): t for t in play.get("tasks") or []}
+    by_name = {t.get("name"): t for t in play_tasks(play)}
     missing = [n for n in FW_TASKS if n not in by_name]
     if missing:
         raise ValueError(f"{FIRMWARE_PLAYBOOK.name}: play {FW_PLAY!r} has no task {', '.join(map(repr, missing))}")

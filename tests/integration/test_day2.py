@@ -11,6 +11,11 @@
   and its firmware command never ran;
 - a worker already cordoned by someone else counts against max_unavailable: the update is
   refused before any other node is touched;
+- rolling driver upgrade of gpu2 to the lab repository's other 550 driver while a GPU workload
+  (with its PodDisruptionBudget) runs on gpu1: only gpu2 is cordoned, its device plugin leaves and
+  comes back, NVML reports the new driver, the same devices are advertised; then nvidia.yml with
+  the old pin refuses to replace the driver under a GPU Pod on gpu2, naming upgrade-driver; then
+  upgrade-driver over both GPU nodes with the inventory's pin leaves gpu1 alone and moves gpu2 back;
 - isolation: cordon, fault taint/label/annotation and the critical alert (received by a
   stand-in Alertmanager API on the controller); uncordon with day2_clear_fault removes it all.
 
@@ -30,10 +35,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import CONTROL_PLANES, WORKERS, day2_tool, on, tail
+from conftest import CONTROL_PLANES, LAB_INVENTORY, REPO, WORKERS, day2_tool, on, playbook, tail
 
 NS = "day2-test"
-OUR_REASONS = ("day2-test pdb", "firmware update", "fault isolation: xid-79: day2-test")
+OUR_REASONS = ("day2-test pdb", "firmware update", "driver upgrade", "fault isolation: xid-79: day2-test")
 OUR_ANNOTATIONS = ("ai-platform.io/cordon-reason", "ai-platform.io/drain-failed", "ai-platform.io/day2-failed")
 FW_MARK = "/var/tmp/day2-test-fw"          # written by the fake firmware command
 FW_BREAK = "/var/tmp/day2-test-break-gpu"  # present: the fake firmware command breaks GPU 3
@@ -394,6 +399,112 @@ def test_firmware_update_refused_when_a_worker_is_already_cordoned(api, workers,
     assert "already cordoned" in json.dumps(summary["failures"]), summary["failures"]
     assert watcher.ever == {busy}, f"no other worker may be cordoned: {watcher.timeline}"
     assert not any(marks().values()), "no firmware command may run"
+
+
+# ---------------------------------------------------------------- rolling driver upgrade
+
+UPGRADE_NODE, WORKLOAD_NODE = "gpu2", "gpu1"
+# The lab repository's two drivers of branch 550 (lab/packages/nvidia/build.py, DRIVERS): the pin and this.
+LAB_PIN = yaml.safe_load((LAB_INVENTORY / "group_vars/gpu_nvidia/nvidia.yml").read_text())["nvidia_driver_version"]
+OTHER_DRIVER = "550.127.05"
+PAUSE_LABEL = "ai-platform.io/driver-upgrade"
+
+
+def driver_version(node: str) -> str:
+    proc = on(node, "nvidia-smi --query-gpu=driver_version --format=csv,noheader -i 0")
+    assert proc.returncode == 0, tail(proc)
+    return proc.stdout.strip()
+
+
+def gpu_deployment(api: Api, namespace: str, name: str, node: str) -> None:
+    labels = {"app": name}
+    gpu = {"nvidia.com/gpu": "1"}
+    api.apps.create_namespaced_deployment(namespace, {
+        "metadata": {"name": name},
+        "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
+            "metadata": {"labels": labels},
+            "spec": {"nodeSelector": {"kubernetes.io/hostname": node}, "terminationGracePeriodSeconds": 1,
+                     "containers": [{"name": "train", "image": "10.89.100.1:5000/ai-l1-lab/workload:v0.1.0",
+                                     "env": [{"name": "AI_L1_WORKLOAD_SLEEP", "value": "3600"}],
+                                     "resources": {"limits": gpu, "requests": gpu}}]}}}})
+    api.policy.create_namespaced_pod_disruption_budget(namespace, {
+        "metadata": {"name": name}, "spec": {"minAvailable": 1, "selector": {"matchLabels": labels}}})
+
+
+def running_pods(api: Api, namespace: str, name: str) -> list[str]:
+    return [p.metadata.uid for p in api.core.list_namespaced_pod(namespace, label_selector=f"app={name}").items
+            if p.status.phase == "Running" and not p.metadata.deletion_timestamp]
+
+
+def plugin_pod(api: Api, node: str) -> list[str]:
+    pods = api.core.list_pod_for_all_namespaces(label_selector="app.kubernetes.io/name=nvidia-device-plugin",
+                                                field_selector=f"spec.nodeName={node}").items
+    return [p.metadata.uid for p in pods if p.status.phase == "Running" and not p.metadata.deletion_timestamp]
+
+
+def gpu_allocatable(api: Api, node: str) -> dict:
+    return {k: v for k, v in (api.node(node).status.allocatable or {}).items() if k.startswith("nvidia.com/")}
+
+
+def test_rolling_driver_upgrade_and_the_rollouts_refusal_under_gpu_pods(api, workers, namespace):  # noqa: ARG001
+    assert OTHER_DRIVER != LAB_PIN and f'"{OTHER_DRIVER}"' in (REPO / "lab/packages/nvidia/build.py").read_text()
+    assert driver_version(UPGRADE_NODE) == LAB_PIN == driver_version(WORKLOAD_NODE)
+    gpu_deployment(api, namespace, "day2-gpu-keep", WORKLOAD_NODE)
+    kept = wait(lambda: running_pods(api, namespace, "day2-gpu-keep"), 180, f"a GPU workload on {WORKLOAD_NODE}", 2)
+    plugin_before, advertised = plugin_pod(api, UPGRADE_NODE), gpu_allocatable(api, UPGRADE_NODE)
+    assert plugin_before and advertised, (plugin_before, advertised)
+    try:
+        watcher = CordonWatch(api, WORKERS)
+        watcher.start()
+        assert watcher.ready.wait(30) and watcher.error is None, watcher.error
+        try:
+            code, summary, progress = day2("upgrade-driver", "--node", UPGRADE_NODE, "--drain-timeout", "120",
+                                           "-e", f"nvidia_driver_version={OTHER_DRIVER}")
+        finally:
+            time.sleep(2)
+            watcher.stop()
+        print("cordoned workers over time:", watcher.timeline)
+        assert code == 0, f"the driver upgrade failed (exit {code}):\n{progress[-4000:]}"
+        assert watcher.ever == {UPGRADE_NODE} and watcher.max == 1, watcher.timeline
+        assert driver_version(UPGRADE_NODE) == OTHER_DRIVER and driver_version(WORKLOAD_NODE) == LAB_PIN
+        state = api.state(UPGRADE_NODE)
+        assert not state["unschedulable"] and PAUSE_LABEL not in state["labels"], state
+        assert not set(OUR_ANNOTATIONS) & set(state["annotations"]), state["annotations"]
+        plugin_after = plugin_pod(api, UPGRADE_NODE)
+        assert plugin_after and set(plugin_after).isdisjoint(plugin_before), "the device plugin must have restarted"
+        assert gpu_allocatable(api, UPGRADE_NODE) == advertised
+        assert running_pods(api, namespace, "day2-gpu-keep") == kept, "the workload on the other node was touched"
+
+        # The rollout with the lab's pin would downgrade gpu2 under a GPU Pod: refused, naming the operation.
+        gpu_deployment(api, namespace, "day2-gpu-busy", UPGRADE_NODE)
+        busy = wait(lambda: running_pods(api, namespace, "day2-gpu-busy"), 180, f"a GPU workload on {UPGRADE_NODE}", 2)
+        refused = playbook(REPO / "playbooks" / "nvidia.yml", "--limit", UPGRADE_NODE, "--tags", "nvidia_driver",
+                           timeout=600)
+        assert refused.returncode != 0, tail(refused)
+        assert "refusing to replace driver" in refused.stdout and "ai-l1-day2 upgrade-driver" in refused.stdout, \
+            tail(refused)
+        assert f"Pod {namespace}/day2-gpu-busy-" in refused.stdout, tail(refused)
+        assert driver_version(UPGRADE_NODE) == OTHER_DRIVER
+        assert running_pods(api, namespace, "day2-gpu-busy") == busy
+    finally:
+        from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
+
+        for name in ("day2-gpu-keep", "day2-gpu-busy"):
+            for delete in (api.apps.delete_namespaced_deployment, api.policy.delete_namespaced_pod_disruption_budget):
+                try:
+                    delete(name, namespace)
+                except ApiException as exc:
+                    if exc.status != 404:
+                        raise
+        wait(lambda: not api.core.list_namespaced_pod(namespace, label_selector="app in (day2-gpu-keep,day2-gpu-busy)"
+                                                      ).items, 120, "the GPU workloads to go", 2)
+        # Back to the inventory's pin over both GPU nodes: gpu1 is at it and is left alone.
+        code, summary, progress = day2("upgrade-driver", "--node", "gpu_nvidia", "--drain-timeout", "120")
+    assert code == 0, f"the driver upgrade back to the pin failed (exit {code}):\n{progress[-4000:]}"
+    assert driver_version(UPGRADE_NODE) == LAB_PIN
+    # gpu1 runs the pin already: read, never drained (nothing changed there).
+    assert summary["hosts"][WORKLOAD_NODE]["changed"] == 0, summary["hosts"]
+    assert gpu_allocatable(api, UPGRADE_NODE) == advertised
 
 
 class _Alertmanager(http.server.BaseHTTPRequestHandler):

@@ -33,6 +33,11 @@ def render(tmp_path: Path, **extra) -> tuple[dict, dict]:
     return kinds["DaemonSet"], json.loads(kinds["ConfigMap"]["data"]["config.json"])
 
 
+# The day-2 operation upgrade-driver labels a node to take its device plugin off while the driver changes.
+PAUSED_FOR_DRIVER_UPGRADE = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+    {"matchExpressions": [{"key": "ai-platform.io/driver-upgrade", "operator": "DoesNotExist"}]}]}}}
+
+
 def test_defaults_and_the_manifest_image_by_digest(tmp_path):
     ds, config = render(tmp_path, k8s_device_plugins_artifacts={
         "nvidia-device-plugin-image": {"image": "mirror:5000/nvidia/k8s-device-plugin:v0.20.0", "sha256": DIGEST}})
@@ -43,6 +48,7 @@ def test_defaults_and_the_manifest_image_by_digest(tmp_path):
     [container] = pod["containers"]
     assert container["image"] == f"mirror:5000/nvidia/k8s-device-plugin:v0.20.0@{DIGEST}"
     assert pod["nodeSelector"] == {"accelerator": "nvidia"}
+    assert pod["affinity"] == PAUSED_FOR_DRIVER_UPGRADE
     assert container["securityContext"] == {"privileged": False}
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
     assert mounts["/driver-root"]["readOnly"] is True and "/var/lib/kubelet/device-plugins" in mounts
@@ -95,6 +101,7 @@ def test_ascend_plugin_is_huaweis_daemonset_on_the_seeds_label(tmp_path):
     pod = kinds["DaemonSet"]["spec"]["template"]["spec"]
     [container] = pod["containers"]
     assert pod["nodeSelector"] == {"accelerator": "huawei-ascend"}  # the seed's value, not huawei-Ascend910
+    assert pod["affinity"] == PAUSED_FOR_DRIVER_UPGRADE
     assert container["image"] == f"mirror:5000/ascend-k8sdeviceplugin:v6.0.0@{DIGEST}"
     assert container["command"] == ["/bin/bash", "-c", "--"]
     assert container["args"][0].startswith("device-plugin -useAscendDocker=true -volcanoType=false")

@@ -147,8 +147,11 @@ def test_firmware_planning_comes_from_the_playbook():
     read = play["tasks"][0]["kubernetes.core.k8s_info"]
     assert read == {"kind": "Node", "field_selectors": ["spec.unschedulable=true"], "kubeconfig": "/tmp/admin.conf"}
     assert "become" not in json.dumps(play)
-    # The original is not changed.
-    assert original["tasks"][1]["kubernetes.core.k8s_info"]["kubeconfig"] == "/etc/kubernetes/admin.conf"
+    # The gate's tasks come from the file the play imports, which is not changed.
+    gate = yaml.safe_load(bench.CAPACITY_GATE.read_text())
+    assert gate[0]["kubernetes.core.k8s_info"]["kubeconfig"] == "/etc/kubernetes/admin.conf"
+    assert {"name": "Capacity gate (cordoned workers plus this batch within day2_max_unavailable)",
+            "ansible.builtin.import_tasks": "tasks/capacity_gate.yml"} in original["tasks"]
     with pytest.raises(ValueError, match="no task"):
         bench.firmware_planning_play([{**original, "tasks": original["tasks"][:1]}], "/x")
 
