@@ -376,6 +376,9 @@ def test_failed_health_gate_stops_the_rolling_update(api, workers, firmware_lab)
     assert "Health gate failed" in state["annotations"].get("ai-platform.io/day2-failed", ""), state["annotations"]
     assert not api.state(first)["unschedulable"], f"{first} passed its gate and must be back in service"
     assert summary["hosts"].get(third, {}).get("changed", 0) == 0, summary["hosts"]
+    # The "broken" GPU is repaired for the tests after this one (the fixture restores the rest at the end).
+    repaired = on(second, f"rm -f {FW_BREAK}; sed -i '/^gpu.3.ecc_dbe_volatile=/d' {SCENARIO}")
+    assert repaired.returncode == 0, tail(repaired)
 
 
 def test_firmware_update_refused_when_a_worker_is_already_cordoned(api, workers, firmware_lab):  # noqa: ARG001
