@@ -5,7 +5,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.ai_platform.l1.plugins.filter.accelerator_pods import FilterModule, accelerator_pods
 
 
-def pod(name, ns="default", phase="Running", limits=None, requests=None, init=None):
+def pod(name, ns="default", *, phase="Running", limits=None, requests=None, init=None):
     container = {"name": "c", "resources": {}}
     if limits:
         container["resources"]["limits"] = limits
