@@ -10,6 +10,7 @@ Docs in accelerator_pods.yml. A Pod counts while it has not finished and one of 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.ai_platform.l1.plugins.plugin_utils.pods import pod_list, pod_names
 
 DEFAULT_PREFIXES = ('nvidia.com/',)
 
@@ -31,23 +32,13 @@ def _holds(pod, prefixes):
 
 def accelerator_pods(pods, prefixes=DEFAULT_PREFIXES):
     """pods: a list of Pod objects or a registered k8s_info result; prefixes: resource name prefixes."""
-    if isinstance(pods, dict) and 'resources' in pods:
-        pods = pods['resources']
-    if not isinstance(pods, list):
-        raise AnsibleFilterError('accelerator_pods expects a list of Pods, got %s' % type(pods).__name__)
+    pods = pod_list(pods, 'accelerator_pods')
     if isinstance(prefixes, str):
         prefixes = [prefixes]
     if not prefixes or not all(isinstance(p, str) and p for p in prefixes):
         raise AnsibleFilterError('accelerator_pods: prefixes must be non-empty strings, got %r' % (prefixes,))
     prefixes = tuple(prefixes)
-    names = []
-    for pod in pods:
-        if not isinstance(pod, dict):
-            raise AnsibleFilterError('accelerator_pods: a Pod must be a dict, got %s' % type(pod).__name__)
-        if _holds(pod, prefixes):
-            meta = pod.get('metadata') or {}
-            names.append('%s/%s' % (meta.get('namespace', ''), meta.get('name', '')))
-    return sorted(names)
+    return pod_names(p for p in pods if _holds(p, prefixes))
 
 
 class FilterModule(object):

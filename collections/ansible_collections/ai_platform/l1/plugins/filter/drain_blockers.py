@@ -9,7 +9,7 @@ mirror (static) Pods and DaemonSet Pods stay, finished Pods do not count.
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleFilterError
+from ansible_collections.ai_platform.l1.plugins.plugin_utils.pods import pod_list, pod_names
 
 MIRROR_ANNOTATION = 'kubernetes.io/config.mirror'
 
@@ -25,18 +25,7 @@ def _blocks(pod):
 
 def drain_blockers(pods):
     """pods: a list of Pod objects (k8s_info resources) or a registered k8s_info result."""
-    if isinstance(pods, dict) and 'resources' in pods:
-        pods = pods['resources']
-    if not isinstance(pods, list):
-        raise AnsibleFilterError('drain_blockers expects a list of Pods, got %s' % type(pods).__name__)
-    names = []
-    for pod in pods:
-        if not isinstance(pod, dict):
-            raise AnsibleFilterError('drain_blockers: a Pod must be a dict, got %s' % type(pod).__name__)
-        if _blocks(pod):
-            meta = pod.get('metadata') or {}
-            names.append('%s/%s' % (meta.get('namespace', ''), meta.get('name', '')))
-    return sorted(names)
+    return pod_names(p for p in pod_list(pods, 'drain_blockers') if _blocks(p))
 
 
 class FilterModule(object):
