@@ -14,6 +14,7 @@ durations is printed either way.
 from __future__ import annotations
 
 import itertools
+import re
 import subprocess
 import sys
 import threading
@@ -159,7 +160,22 @@ def main(argv: list[str]) -> int:
         print(f"   not run: {', '.join(not_run)}")
     print(f"   {'total':<20} {fmt(time.monotonic() - t0):>14}  ({'passed' if ok else 'FAILED'})")
     print(f"   CPU use by minute (%): {' '.join(sampler.stop())}", flush=True)
+    for stage in (s for s, code in codes.items() if code != 0):
+        print(f"== {stage} failed; from its log (.cache/stages/{stage}.log):")
+        for line in failure_lines((LOGS / f"{stage}.log").read_text(errors="replace")):
+            print(f"   {line}")
     return 0 if ok else 1
+
+
+# Lines that name what failed: pytest's summary, ansible's fatal/failed results, molecule's and make's
+# errors. The whole log is printed above; these come last so that a run's tail names the failure.
+FAILURE = re.compile(r"^(FAILED|ERROR) |^fatal: |^failed: |CRITICAL |^make(\[\d+\])?: \*\*\*| failed=[1-9]")
+
+
+def failure_lines(log: str, most: int = 12) -> list[str]:
+    lines = log.splitlines()
+    named = [line[:300] for line in lines if FAILURE.search(line)]
+    return (named or [line[:300] for line in lines[-most:]])[-most:]
 
 
 if __name__ == "__main__":

@@ -96,3 +96,16 @@ def test_cpu_use_is_the_busy_share_of_the_jiffies_between_two_samples():
     assert stages.busy_percent((1.0, 1.0), (1.0, 1.0)) == "  ?"
     busy, total = stages.cpu_times()
     assert 0 <= busy <= total
+
+
+def test_a_failed_stage_is_named_by_its_failing_lines_at_the_end():
+    log = "\n".join(["collected 3 items", "..F", "=== short test summary info ===",
+                     "FAILED tests/unit/test_x.py::test_y - AssertionError: 1 != 2", "1 failed, 2 passed in 3.0s",
+                     "make[1]: *** [Makefile:86: unit] Error 1"])
+    assert stages.failure_lines(log) == ["FAILED tests/unit/test_x.py::test_y - AssertionError: 1 != 2",
+                                         "make[1]: *** [Makefile:86: unit] Error 1"]
+    ansible = "TASK [x]\nfatal: [gpu1]: FAILED! => {\"msg\": \"no\"}\nPLAY RECAP\ngpu1 : ok=3 changed=0 failed=1\n"
+    assert stages.failure_lines(ansible) == ['fatal: [gpu1]: FAILED! => {"msg": "no"}',
+                                             "gpu1 : ok=3 changed=0 failed=1"]
+    # Nothing recognisable: the log's last lines.
+    assert stages.failure_lines("\n".join(str(i) for i in range(30)), most=3) == ["27", "28", "29"]
