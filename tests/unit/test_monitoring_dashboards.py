@@ -57,14 +57,28 @@ def test_dashboard_structure(path):
             assert var.startswith("__") or var in names, f"undefined variable ${var} in {expr}"
 
 
+def recorded():
+    """The series the shipped rule files record (the SLO dashboard reads ai_l1_slo:*)."""
+    names = set()
+    for path in (ROOT / "monitoring" / "rules").glob("*.rules.yml"):
+        for group in yaml.safe_load(path.read_text(encoding="utf-8"))["groups"]:
+            names |= {r["record"] for r in group["rules"] if "record" in r}
+    return names
+
+
 @pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.name)
 def test_queries_use_exported_metrics(path):
+    """Each query reads a DCGM counter the counters file exports, a series a shipped rule records, or the
+    ALERTS series of named alerts."""
     dash = json.loads(path.read_text(encoding="utf-8"))
-    have = exported()
+    have, rules = exported(), recorded()
     for title, expr in queries(dash):
         metrics = set(re.findall(r"\bDCGM_FI_[A-Z0-9_]+", expr))
-        assert metrics, f"{title}: queries no DCGM metric"
         assert metrics <= have, f"{title}: {metrics - have} not in counters.csv"
+        records = set(re.findall(r"\bai_l1_[a-z0-9_]*:[a-z0-9_:]+", expr))
+        assert records <= rules, f"{title}: {records - rules} recorded by no rule file"
+        alerts = re.search(r"\bALERTS[{]alertname=", expr)  # Prometheus' own series of its alerts
+        assert metrics or records or alerts, f"{title}: queries neither a DCGM metric nor a recorded series"
 
 
 @pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.name)
