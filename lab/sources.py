@@ -5,9 +5,10 @@
     sources.py status                   what the cache holds
 
 The cache is $AI_L1_CACHE/sources (default /var/cache/ai-l1/sources), one file per archive,
-`<name>-<version>.tar.gz` or the source's `file`. `fill` looks for that file name in each DIR
-(--from, else the folders in $AI_L1_SOURCE_DIRS separated by ':', else ../shared/src and
-../shared/charts beside the repository), checks its sha256 and copies it in atomically; an
+`<name>-<version>.tar.gz` or the source's `file` (an archive, or a single released .yaml file).
+`fill` looks for that file name in each DIR (--from, else the folders in $AI_L1_SOURCE_DIRS
+separated by ':', else ../shared/src, ../shared/charts and each folder of ../shared/crds beside
+the repository), checks its sha256 and copies it in atomically; an
 archive already cached with the right checksum is left alone. A source that some manifest
 artifact is built from (`builds` not empty) must be found: `fill` fails naming where it looked.
 Builds read archives through `cached()`, which checks the checksum again, so a file changed in
@@ -33,7 +34,7 @@ SOURCES = REPO / "artifacts" / "sources.yml"
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
 SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
-FILE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\.(tar\.gz|tgz)$")
+FILE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\.(tar\.gz|tgz|yaml)$")
 
 
 class SourceError(Exception):
@@ -123,7 +124,9 @@ def default_dirs() -> list[Path]:
     configured = os.environ.get("AI_L1_SOURCE_DIRS", "")
     if configured:
         return [Path(d) for d in configured.split(":") if d]
-    return [REPO.parent / "shared" / "src", REPO.parent / "shared" / "charts"]
+    shared = REPO.parent / "shared"
+    # Released files kept one folder per upstream release (the Karmada CRDs).
+    return [shared / "src", shared / "charts", *sorted(p for p in (shared / "crds").glob("*") if p.is_dir())]
 
 
 def fill(sources: dict[str, Source], dirs: list[Path], dest: Path | None = None) -> list[str]:

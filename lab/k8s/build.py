@@ -65,6 +65,11 @@ NOT_BUILT = {
     "node-feature-discovery-image": "not obtainable here; the lab renders and validates the GPU Operator release",
     "hami-image": "HAMi needs real GPUs (its CUDA interception); the lab renders and validates the release",
     "hami-webhook-certgen-image": "HAMi needs real GPUs; the lab renders and validates the release",
+    # Istio is not run here: the lab validates roles/istio_traffic's objects against istio-crds.
+    "istio-base-chart": "Istio is not run in the lab; roles/istio_traffic's objects are validated against its CRDs",
+    "istio-istiod-chart": "Istio is not run in the lab; roles/istio_traffic's objects are validated against its CRDs",
+    "istio-pilot-image": "Istio is not run in the lab; roles/istio_traffic's objects are validated against its CRDs",
+    "istio-proxyv2-image": "Istio is not run in the lab; roles/istio_traffic's objects are validated against its CRDs",
 }
 ARCH = "amd64"  # the lab builds for this machine only
 # 2000-01-01: file and image timestamps, so rebuilds give the same bytes.
@@ -621,6 +626,21 @@ def rdma_device_plugin_manifest_file(manifest: manifestlib.Manifest) -> dict[str
     src = Path(module_info(RDMA_DP_MODULE, version, go_env())["Dir"])
     return {"rdma-shared-dev-plugin-manifest": {"version": version,
                                                 "path": str(src / "deployment" / "k8s" / "base" / "daemonset.yaml")}}
+
+
+# Resource definitions of add-ons the lab does not run, for validating the objects the roles apply
+# (roles/istio_traffic, roles/karmada_propagation): Istio's from its API module (the proxy serves
+# istio.io/api), Karmada's PropagationPolicy from the source cache (artifacts/sources.yml).
+ISTIO_API_MODULE = "istio.io/api"
+
+
+def addon_crd_files(manifest: manifestlib.Manifest) -> dict[str, dict]:
+    istio = manifest.get("istio-crds").version
+    istio_src = Path(module_info(ISTIO_API_MODULE, istio, go_env())["Dir"])
+    karmada, karmada_path = sourcelib.cached("karmada-propagationpolicies-crd")
+    return {"istio-crds": {"version": istio,
+                           "path": str(istio_src / "kubernetes" / "customresourcedefinitions.gen.yaml")},
+            "karmada-propagationpolicy-crd": {"version": karmada.version, "path": str(karmada_path)}}
 
 
 # ---------------------------------------------------------------- recipes from the manifest
@@ -1329,6 +1349,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 (the build's st
             record["artifacts"].update(calico_manifest_files(manifest, bins))
             record["artifacts"].update(multus_manifest_files(manifest, bins, whereabouts_source(manifest)))
             record["artifacts"].update(rdma_device_plugin_manifest_file(manifest))
+            record["artifacts"].update(addon_crd_files(manifest))
             for recipe, _ in images:
                 if recipe.artifact not in record["lab_images"]:
                     record["artifacts"][recipe.artifact] = {"version": recipe.tag, "image": recipe.ref}

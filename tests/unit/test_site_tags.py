@@ -40,6 +40,7 @@ LAYERS = {
     "monitoring.yml": "monitoring",
     "storage.yml": "storage",
     "etcd_backup.yml": "backup",
+    "addons.yml": "addons",
 }
 LAYER_TAGS = sorted(t for t in LAYERS.values() if t)
 ROLE_TAGS = ["dcgm", "nvidia_container_toolkit", "nvidia_driver", "rdma"]  # within the nvidia layer
