@@ -79,10 +79,10 @@ def _group(slo):
                           'expr': 'avg_over_time(%s{slo="%s"}[%s])' % (instant, name, w), 'labels': dict(labels)})
     else:
         for w in WINDOWS:
+            errors, total = slo['errors'].strip().replace(WINDOW, w), slo['total'].strip().replace(WINDOW, w)
             rules.append({'record': RECORD.format(window=w),
                           # No error series at all (no 5xx yet) is a ratio of 0, not no ratio.
-                          'expr': '((%s) or vector(0))\n/\n(%s)' % (slo['errors'].strip().replace(WINDOW, w),
-                                                     slo['total'].strip().replace(WINDOW, w)),
+                          'expr': '((%s) or vector(0))\n/\n(%s)' % (errors, total),
                           'labels': dict(labels)})
     rules.append({'record': 'ai_l1_slo:objective', 'expr': 'vector(%s)' % _number(slo['objective']),
                   'labels': dict(labels)})
