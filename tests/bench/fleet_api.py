@@ -126,8 +126,8 @@ def percentile(samples: list[float], p: float) -> float:
 def summary(samples: list[float]) -> dict:
     if not samples:
         return {"n": 0}
-    return {"n": len(samples), "p50": round(percentile(samples, 50), 4), "p99": round(percentile(samples, 99), 4),
-            "max": round(max(samples), 4)}
+    return {"n": len(samples), "p50": round(percentile(samples, 50), 4), "p90": round(percentile(samples, 90), 4),
+            "p99": round(percentile(samples, 99), 4), "max": round(max(samples), 4)}
 
 
 def seed_labels() -> dict[str, str]:
@@ -757,6 +757,7 @@ def classify(replies: list[tuple[float, int, dict]]) -> tuple[dict[str, int], li
         for d in reply["decisions"]:
             reason = d["reason"]
             kind = d["decision"] + (": pool ceiling" if reason.startswith("pool ceiling") else
+                                    ": rate limit" if reason.startswith("rate limit") else
                                     ": node locked" if " is locked by job " in reason else "")
             decisions[kind] = decisions.get(kind, 0) + 1
     return decisions, failed
@@ -793,8 +794,8 @@ def start_receiver(kubeconfig: Path, pool: list[str], work: Path, args) -> tuple
     spec = {"run_s": args.run_s, "timings": str(timings), "token": TOKEN, "config": {
         "state_dir": str(work / "receiver"), "kubernetes": {"kubeconfig": str(kubeconfig)},
         "ceiling": {"max_fraction": args.max_fraction, "pools": {"bench-pool": pool}},
-        # Far above the burst: the ceiling, not the rate limit, is what must stop it.
-        "rate_limit": {"max_runs": 10 * args.burst, "window_s": 3600},
+        # By default far above the burst: the ceiling, not the rate limit (the breaker), stops it.
+        "rate_limit": {"max_runs": args.rate_limit or 10 * args.burst, "window_s": 3600},
         "run": {"inventory": str(inventory), "workers": args.receiver_workers, "timeout_s": 600}}}
     (work / "receiver-spec.json").write_text(json.dumps(spec))
     log = open(work / "receiver.log", "wb")  # noqa: SIM115 (the child keeps it)
@@ -831,7 +832,9 @@ def part_remediation(core, kubeconfig: Path, names: list[str], work: Path, args)
         decisions, failed = classify(replies)
         queued = decisions.get("queued", 0)
         # The isolations run: the stand-in cordons at start, --receiver-workers at a time, --run-s each.
+        t_jobs = time.monotonic()
         active = wait_jobs(url, args.run_s * math.ceil(max(queued, 1) / args.receiver_workers) + 120)
+        drain_s = burst_s + time.monotonic() - t_jobs
         cordoned = [n["metadata"]["name"] for n in bench_nodes(core)
                     if n["metadata"]["name"] in set(pool) and (n.get("spec") or {}).get("unschedulable")]
         reads = [float(x) for x in timings.read_text().split()] if timings.exists() else []
@@ -840,6 +843,8 @@ def part_remediation(core, kubeconfig: Path, names: list[str], work: Path, args)
                     "over_1s": sum(1 for s in latency if s >= 1.0), "decisions": decisions, "http_errors": failed[:10],
                     "http_error_count": len(failed), "queued": queued, "cordoned": len(cordoned),
                     "jobs_still_active": active, "node_list_reads_s": summary(reads),
+                    # Isolations finished per minute, from the burst to the last job's end.
+                    "drain_s": round(drain_s, 1), "drained_per_min": round(60 * queued / drain_s, 1) if drain_s else 0,
                     "ceiling_held": queued == limit and len(cordoned) == limit})
         print_remediation(out, args)
     finally:
@@ -854,8 +859,9 @@ def print_remediation(out: dict, args) -> None:
     print(f"remediation burst: {out['alerts']} alerts over {out['pool']} Nodes, {args.senders} at once, "
           f"in {out['burst_s']:.1f} s", flush=True)
     if lat["n"]:
-        print(f"  per decision (webhook round trip): p50 {lat['p50']:.3f} s  p99 {lat['p99']:.3f} s  "
-              f"max {lat['max']:.3f} s  ({out['over_1s']} of {lat['n']} at 1 s or more; target: none)", flush=True)
+        print(f"  per decision (webhook round trip): p50 {lat['p50']:.3f} s  p90 {lat['p90']:.3f} s  "
+              f"p99 {lat['p99']:.3f} s  max {lat['max']:.3f} s  ({out['over_1s']} of {lat['n']} at 1 s or more)",
+              flush=True)
     if reads["n"]:
         print(f"  the receiver's Node list reads: {reads['n']}, p50 {reads['p50']:.3f} s  max {reads['max']:.3f} s",
               flush=True)
@@ -865,6 +871,9 @@ def print_remediation(out: dict, args) -> None:
     verdict = "exactly the ceiling" if out["ceiling_held"] else "NOT the ceiling"
     print(f"  isolated: {out['queued']} queued, {out['cordoned']} Nodes cordoned; ceiling floor({out['max_fraction']} "
           f"x {out['pool']}) = {out['ceiling']}: {verdict}{still}", flush=True)
+    print(f"  drained: {out['queued']} isolations in {out['drain_s']:.1f} s from the burst "
+          f"({out['drained_per_min']:.1f} a minute, {args.receiver_workers} at a time, {args.run_s:.0f} s each)",
+          flush=True)
 
 
 # ---------------------------------------------------------------- main
@@ -893,6 +902,8 @@ def main() -> int:  # noqa: PLR0912, PLR0915 (one block per part, in order)
     parser.add_argument("--burst", type=int, default=200, help="alerts in the remediation burst")
     parser.add_argument("--burst-nodes", type=int, default=100, help="fake Nodes the alerts name: the ceiling's pool")
     parser.add_argument("--max-fraction", type=float, default=0.1, help="the pool's ceiling.max_fraction")
+    parser.add_argument("--rate-limit", type=int, default=0,
+                        help="the receiver's rate_limit.max_runs in an hour (the breaker; default 10x the burst: off)")
     parser.add_argument("--senders", type=int, default=200, help="webhooks in flight at once")
     parser.add_argument("--run-s", type=float, default=5.0, help="how long the stand-in's isolation run holds its job")
     parser.add_argument("--receiver-workers", type=int, default=2, help="the receiver's run.workers")

@@ -98,7 +98,8 @@ def test_percentile_is_nearest_rank():
     assert bench.percentile(samples, 100) == 100.0
     assert bench.percentile([0.2, 3.0], 50) == 0.2
     assert bench.percentile([0.2, 3.0], 99) == 3.0
-    assert bench.summary([0.5, 0.1, 2.0]) == {"n": 3, "p50": 0.5, "p99": 2.0, "max": 2.0}
+    assert bench.summary([0.5, 0.1, 2.0]) == {"n": 3, "p50": 0.5, "p90": 2.0, "p99": 2.0, "max": 2.0}
+    assert bench.percentile(samples, 90) == 90.0
     with pytest.raises(ValueError):
         bench.percentile([], 50)
 
@@ -182,3 +183,15 @@ def test_kwok_is_a_benchmark_recipe_built_on_demand_only():
             *build.queue_recipes(manifest), *build.lab_go_recipes(build.versions(manifest))]
     assert "kwok" not in {r.component for r in full}
     assert all(s.endswith(".yaml") and s.startswith("kustomize/stage/node/") for s in build.KWOK_NODE_STAGES)
+
+
+def test_decisions_are_told_apart_by_what_refused_them():
+    reply = {"decisions": [
+        {"decision": "queued", "reason": "isolate gpu1"},
+        {"decision": "refused", "reason": "pool ceiling: bench-pool has 37 of 375 out (max 10%)"},
+        {"decision": "refused", "reason": "rate limit: 5 isolations within 3600s (max 5)"},
+        {"decision": "refused", "reason": "node gpu2 is locked by job 7"}]}
+    decisions, failed = bench.classify([(0.1, 200, reply), (0.2, 500, {"error": "boom"})])
+    assert decisions == {"queued": 1, "refused: pool ceiling": 1, "refused: rate limit": 1,
+                         "refused: node locked": 1}
+    assert failed == ["500 boom"]
