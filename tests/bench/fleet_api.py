@@ -789,7 +789,8 @@ def restore_pool(core, pool: set[str]) -> None:
 
 def start_receiver(kubeconfig: Path, pool: list[str], work: Path, args) -> tuple[subprocess.Popen, str, Path]:
     inventory = work / "receiver-inventory.yml"
-    inventory.write_text("all:\n  hosts: {}\n")  # run.inventory must exist; the stand-in never reads it
+    # The receiver isolates only hosts of k8s_worker in its run inventory (the stand-in never reads it further).
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"k8s_worker": {"hosts": dict.fromkeys(pool, {})}}}}))
     timings = work / "receiver-nodes-reads.txt"
     spec = {"run_s": args.run_s, "timings": str(timings), "token": TOKEN, "config": {
         "state_dir": str(work / "receiver"), "kubernetes": {"kubeconfig": str(kubeconfig)},
