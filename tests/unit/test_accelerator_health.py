@@ -268,7 +268,7 @@ def test_receiver_finds_the_collection_in_its_project(tmp_path):
             "print(m.__file__); print(m.XidPolicy().state(79))")
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT / "day2"), "AI_L1_PROJECT_DIR": str(project)}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
-                          check=False, timeout=60)
+                          check=False, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == [str(target / "accelerator_health.py"), "failed"]
 
@@ -306,5 +306,5 @@ def test_npd_plugin_reads_the_policy(tmp_path, log, args, rc, out):
     kern = tmp_path / "kern.log"
     kern.write_text(log)
     proc = subprocess.run([sys.executable, "-", "--check", "xid", "--kernel-log", str(kern), *args],
-                          input=npd_script(), capture_output=True, text=True, check=False, timeout=30)
+                          input=npd_script(), capture_output=True, text=True, check=False, timeout=300)
     assert (proc.returncode, proc.stdout.strip()) == (rc, out), proc.stderr

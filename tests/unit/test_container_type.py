@@ -98,7 +98,7 @@ def test_the_documentation_names_the_filter():
     assert all(f'C({t})' in ' '.join(doc['description']) for t in CONTAINER_TYPES)
     assert FilterModule().filters() == {'container_type': container_type}
     proc = subprocess.run([str(Path(sys.executable).parent / 'ansible-doc'), '-t', 'filter', '--json',
-                           'ai_platform.l1.container_type'], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                           'ai_platform.l1.container_type'], cwd=ROOT, capture_output=True, text=True, timeout=600,
                           env={**os.environ, 'ANSIBLE_CONFIG': str(ROOT / 'ansible.cfg')}, check=False)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)['ai_platform.l1.container_type']['doc']['positional'] == '_input'

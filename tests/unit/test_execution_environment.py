@@ -91,9 +91,9 @@ def context(tmp_path_factory):
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "PATH": f"{BIN}:{os.environ['PATH']}"}
     subprocess.run([str(BIN / "ansible-galaxy"), "collection", "build", "--force", "--output-path",
                     str(work / ".cache/ee/collection"), str(COLLECTION)], check=True, env=env, capture_output=True,
-                   timeout=120)
+                   timeout=600)
     proc = subprocess.run([str(BIN / "ansible-builder"), "create", "-f", str(work / "execution-environment.yml"),
-                           "--context", str(work / "context")], env=env, capture_output=True, text=True, timeout=120,
+                           "--context", str(work / "context")], env=env, capture_output=True, text=True, timeout=600,
                           check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "No matches" not in proc.stdout + proc.stderr

@@ -96,7 +96,7 @@ n.nvmlInit()
 
 def run_py(lib_dir, scenario_path, tmp_path, body):
     proc = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(body)], capture_output=True, text=True,
-                          env=child_env(lib_dir, scenario_path, tmp_path), check=False, timeout=60)
+                          env=child_env(lib_dir, scenario_path, tmp_path), check=False, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

@@ -417,7 +417,7 @@ def test_the_quota_job_keeps_the_root_password_off_every_command_line(minio, tmp
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path / "home"), "MC_ARGV": str(tmp_path / "argv"),
            **{e["name"]: e["value"] for e in container["env"] if e["name"] != "HOME"}}
     proc = subprocess.run(["/bin/sh", "-ec", script], env=env, cwd=tmp_path, capture_output=True, text=True,
-                          timeout=30, check=False)
+                          timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr
     argv = (tmp_path / "argv").read_text()
     assert "quota tenant/model-weights --hard 100Ti" in argv.replace('"', "")

@@ -127,7 +127,7 @@ def test_the_documentation_names_the_filter_and_its_options():
     assert doc['options']['kind']['choices'] == list(mirror.KINDS)
     # ansible-doc loads it as Ansible does (the filter is found through ansible.cfg's collections_path).
     proc = subprocess.run([str(Path(sys.executable).parent / 'ansible-doc'), '-t', 'filter', '--json',
-                           'ai_platform.l1.mirror_url'], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                           'ai_platform.l1.mirror_url'], cwd=ROOT, capture_output=True, text=True, timeout=600,
                           env={**os.environ, 'ANSIBLE_CONFIG': str(ROOT / 'ansible.cfg')}, check=False)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)['ai_platform.l1.mirror_url']['doc']['positional'] == '_input, mirror'
@@ -255,7 +255,7 @@ def test_ansible_renders_the_roles_urls_through_the_filter(tmp_path):
            'ANSIBLE_CALLBACKS_ENABLED': 'ansible.posix.json', 'ANSIBLE_LOCALHOST_WARNING': '0'}
     proc = subprocess.run([str(Path(sys.executable).parent / 'ansible-playbook'), str(playbook), '-i', 'localhost,',
                            '-e', json.dumps({**mirrors, **passed})], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=120, check=False)
+                          timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     [result] = json.loads(proc.stdout)['plays'][0]['tasks'][0]['hosts'].values()
     defaults = {}

@@ -45,7 +45,7 @@ def check(lib_dir, scenario, *args, path=None):
     env = {"PATH": path or os.environ["PATH"], "LD_LIBRARY_PATH": str(lib_dir),
            "AI_L1_FAKE_NVML_SCENARIO": str(SCENARIOS / scenario)}
     proc = subprocess.run([sys.executable, "-", *args], input=SHIPPED, capture_output=True, text=True, env=env,
-                          check=False, timeout=30)
+                          check=False, timeout=300)
     return proc.returncode, proc.stdout.strip()
 
 
@@ -147,7 +147,7 @@ def test_wrapper_runs_the_check_in_the_node_root(tmp_path, fake_nvml_dir, shippe
            "AI_L1_FAKE_NVML_SCENARIO": str(SCENARIOS / "a100-pcie-4x-bridged.conf"),
            "GPU_CHECK_KERNEL_LOG": str(log) if kernel_log else ""}
     proc = subprocess.run([str(wrapper), "--check", "xid"], capture_output=True, text=True, env=env,
-                          check=False, timeout=30)
+                          check=False, timeout=300)
     args = (tmp_path / "chroot.args").read_text().split()
     assert args[:3] == ["/host", "/usr/bin/python3", "-"], args
     if kernel_log:
@@ -218,7 +218,7 @@ def check_with_condition(lib_dir, scenario, api_url, *args):
            "AI_L1_FAKE_NVML_SCENARIO": str(SCENARIOS / scenario), "NODE_NAME": "gpu1",
            "GPU_CHECK_API_URL": api_url, "GPU_CHECK_API_TOKEN": "npd-token"}
     proc = subprocess.run([sys.executable, "-", "--node-condition", "GPUHealthy", *args], input=SHIPPED,
-                          capture_output=True, text=True, env=env, check=False, timeout=30)
+                          capture_output=True, text=True, env=env, check=False, timeout=300)
     return proc.returncode, proc.stdout.strip(), proc.stderr
 
 

@@ -39,7 +39,7 @@ def test_ansible_cfg_names_no_inventory_and_checks_host_keys():
 def test_the_effective_configuration_is_production():
     """What ansible itself makes of ansible.cfg: the stock inventory, host keys checked."""
     proc = subprocess.run([str(BIN / "ansible-config"), "dump"], capture_output=True, text=True, cwd=ROOT,
-                          env=ansible_env(), timeout=120, check=False)
+                          env=ansible_env(), timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr
     found = re.findall(r"^(DEFAULT_HOST_LIST|HOST_KEY_CHECKING)\((.*?)\) = (.*)$", proc.stdout, re.M)
     settings = {key: (source, value) for key, source, value in found}
@@ -51,7 +51,7 @@ def test_the_lab_inventory_turns_host_key_checking_off_for_its_hosts():
     conn = yaml.safe_load((ROOT / "inventories/lab/group_vars/all/connection.yml").read_text())
     assert conn["ansible_host_key_checking"] is False
     proc = subprocess.run([str(BIN / "ansible-inventory"), "-i", str(ROOT / "inventories/lab"), "--host", "gpu1"],
-                          capture_output=True, text=True, cwd=ROOT, env=ansible_env(), timeout=120, check=False)
+                          capture_output=True, text=True, cwd=ROOT, env=ansible_env(), timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr
     host = yaml.safe_load(proc.stdout)
     assert host["ansible_host_key_checking"] is False

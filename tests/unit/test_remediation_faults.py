@@ -104,7 +104,7 @@ def test_a_refused_write_around_a_run_is_retried_until_it_lands(tmp_path, monkey
     svc.start()
     try:
         [d] = svc.handle_payload(payload(alert()))
-        wait_state(svc.store, d["job_id"], ("done",), timeout=20)
+        wait_state(svc.store, d["job_id"], ("done",), timeout=60)
     finally:
         svc.stop()
     job = svc.store.job(d["job_id"])

@@ -24,7 +24,7 @@ def make(tmp_path, nodes=None, **cfg):
     return Service(conf, store, nodes or FakeNodes(), FakeExecutor(conf.jobs_dir))
 
 
-def wait_state(store, job_id, states, timeout=10):
+def wait_state(store, job_id, states, timeout=60):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         job = store.job(job_id)

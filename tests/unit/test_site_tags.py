@@ -57,7 +57,7 @@ def ansible_playbook(*args: str) -> str:
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
            "ANSIBLE_NOCOLOR": "1"}
     proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), str(SITE), "-i", str(SAMPLE), *args],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 

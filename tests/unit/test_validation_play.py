@@ -248,7 +248,7 @@ def run_playbook(playbook, inventory, *extra, env=None):
     }
     bindir = Path(sys.executable).parent
     proc = subprocess.run([str(bindir / 'ansible-playbook'), str(ROOT / playbook), '-i', str(inventory), *extra],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
     try:
         report = json.loads(proc.stdout)
     except json.JSONDecodeError:
