@@ -14,6 +14,7 @@ durations is printed either way.
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import subprocess
 import sys
@@ -64,17 +65,50 @@ def busy_percent(before: tuple[float, float], after: tuple[float, float]) -> str
     return f"{100 * (after[0] - before[0]) / total:3.0f} %" if total > 0 else "  ?"
 
 
+# Containers run outside the stages' process trees (podman's conmon is not their child): their CPU is
+# read from the cgroup v1 CPU accounting of the groups they start in, the lab's (labctl's
+# lab_cpu_shares) and podman's default (molecule's nodes).
+CPUACCT = Path("/sys/fs/cgroup/cpuacct")
+CONTAINER_GROUPS = ("ai-l1-lab-", "libpod_parent")
+
+
+def container_cpu(root: Path = CPUACCT) -> dict[str, float]:
+    """CPU seconds used so far by each container group under `root` ({} where there is none)."""
+    usage = {}
+    try:
+        groups = [g for g in root.iterdir() if g.name.startswith(CONTAINER_GROUPS)]
+    except OSError:
+        return usage
+    for group in groups:
+        try:
+            usage[group.name] = int((group / "cpuacct.usage").read_text()) / 1e9
+        except (OSError, ValueError):
+            continue
+    return usage
+
+
 class CpuSampler(threading.Thread):
     """The machine's CPU use each `every` seconds: where the run leaves the cores idle (a stage that
-    could start earlier) and where stages compete for them."""
+    could start earlier) and where stages compete for them; and the containers' CPU seconds (a group
+    removed between two samples keeps its last reading)."""
 
     def __init__(self, every: float = 60.0) -> None:
         super().__init__(daemon=True)
         self.every, self.samples, self._done = every, [cpu_times()], threading.Event()
+        self.first, self.last = container_cpu(), {}
+
+    def sample(self) -> None:
+        self.samples.append(cpu_times())
+        self.last.update(container_cpu())
 
     def run(self) -> None:
         while not self._done.wait(self.every):
-            self.samples.append(cpu_times())
+            self.sample()
+
+    def container_seconds(self) -> dict[str, float]:
+        """CPU seconds each container group used during the run."""
+        self.last.update(container_cpu())
+        return {g: used - self.first.get(g, 0.0) for g, used in sorted(self.last.items())}
 
     def stop(self) -> list[str]:
         self._done.set()
@@ -119,6 +153,7 @@ def main(argv: list[str]) -> int:
     procs: dict[str, tuple[subprocess.Popen, object]] = {}
     times: dict[str, tuple[float, float]] = {}
     cpu: dict[str, tuple[tuple[float, float], tuple[float, float]]] = {}
+    seconds: dict[str, float] = {}
     sampler = CpuSampler()
     sampler.start()
 
@@ -134,9 +169,12 @@ def main(argv: list[str]) -> int:
 
     def poll(stage: str) -> int | None:
         proc, log = procs[stage]
-        code = proc.poll()
-        if code is None:
+        # wait4, not Popen.poll: its rusage is the CPU of the stage's whole process tree.
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid == 0:
             return None
+        code = proc.returncode = os.waitstatus_to_exitcode(status)
+        seconds[stage] = usage.ru_utime + usage.ru_stime
         log.close()
         began = times[stage][0]
         times[stage] = (began, time.monotonic() - t0)
@@ -150,11 +188,13 @@ def main(argv: list[str]) -> int:
     codes = schedule(chosen, start, poll)
     ok = all(code == 0 for code in codes.values()) and set(codes) == set(chosen)
     print("\n== make test: stage durations (start and end from the beginning of the run; the machine's CPU use "
-          "while the stage ran)")
+          "while the stage ran; the CPU time of the stage's own processes)")
     for stage, (began, ended) in times.items():
         state = "" if codes.get(stage) == 0 else "  FAILED"
         print(f"   {stage:<20} {fmt(ended - began):>14}   {fmt(began):>14} .. {fmt(ended):<14} "
-              f"CPU {busy_percent(*cpu[stage])}{state}")
+              f"CPU {busy_percent(*cpu[stage])}  {fmt(seconds.get(stage, 0.0)):>14} CPU time{state}")
+    for group, used in sampler.container_seconds().items():
+        print(f"   containers in {group}: {fmt(used)} CPU time")
     not_run = [s for s in chosen if s not in codes]
     if not_run:
         print(f"   not run: {', '.join(not_run)}")

@@ -71,13 +71,14 @@ def test_after_a_failure_nothing_starts_and_the_running_stages_finish():
 @pytest.mark.parametrize("argv", [["unit"], ["lint", "unit"]])
 def test_named_stages_run_without_what_they_wait_for(monkeypatch, tmp_path, argv):
     started = []
+    real_popen = stages.subprocess.Popen
 
     class Proc:
+        """Records the stage; a real `true` stands in for make (the run waits for it by its pid)."""
+
         def __init__(self, cmd, **_):
             started.append(cmd[-1])
-
-        def poll(self):
-            return 0
+            self.pid, self.returncode = real_popen(["true"]).pid, None
 
     monkeypatch.setattr(stages, "LOGS", tmp_path)
     monkeypatch.setattr(stages, "ROOT", tmp_path.parent)
@@ -109,3 +110,25 @@ def test_a_failed_stage_is_named_by_its_failing_lines_at_the_end():
                                              "gpu1 : ok=3 changed=0 failed=1"]
     # Nothing recognisable: the log's last lines.
     assert stages.failure_lines("\n".join(str(i) for i in range(30)), most=3) == ["27", "28", "29"]
+
+
+def test_container_cpu_reads_the_lab_and_podman_groups_only(tmp_path):
+    for group, ns in (("ai-l1-lab-lab", "2500000000"), ("libpod_parent", "1000000000"), ("user.slice", "9")):
+        (tmp_path / group).mkdir()
+        (tmp_path / group / "cpuacct.usage").write_text(ns + "\n")
+    assert stages.container_cpu(tmp_path) == {"ai-l1-lab-lab": 2.5, "libpod_parent": 1.0}
+    assert stages.container_cpu(tmp_path / "absent") == {}
+
+
+def test_a_stage_reports_the_cpu_time_of_its_process_tree(monkeypatch, tmp_path, capsys):
+    """A stage whose child burns CPU reports that CPU time, read from wait4's rusage."""
+    monkeypatch.setattr(stages, "LOGS", tmp_path)
+    monkeypatch.setattr(stages, "ROOT", tmp_path)
+    monkeypatch.setattr(stages, "STAGES", {"burn": []})
+    (tmp_path / "burn.py").write_text("import time\nwhile time.process_time() < 1.5:\n    pass\n")
+    (tmp_path / "Makefile").write_text("burn:\n\t@python3 burn.py\n")
+    assert stages.main([]) == 0
+    [row] = [line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("burn ")]
+    cpu_time = row.split("CPU time")[0].split("%")[-1].strip()
+    minutes, _, secs, _ = cpu_time.split()
+    assert int(minutes) * 60 + float(secs) >= 1.4, row
