@@ -78,7 +78,9 @@ def test_named_stages_run_without_what_they_wait_for(monkeypatch, tmp_path, argv
 
         def __init__(self, cmd, **_):
             started.append(cmd[-1])
-            self.pid, self.returncode = real_popen(["true"]).pid, None
+            # Kept referenced: a dropped Popen is reaped by the next Popen, before the run's wait4.
+            self.true = real_popen(["true"])
+            self.pid, self.returncode = self.true.pid, None
 
     monkeypatch.setattr(stages, "LOGS", tmp_path)
     monkeypatch.setattr(stages, "ROOT", tmp_path.parent)
