@@ -84,7 +84,11 @@ HELP = {
     "remove-node": "drain, kubeadm reset and delete nodes (refuses breaking etcd quorum)",
     "restore-etcd": "restore every etcd member from an off-node backup (refused while a quorum is healthy)",
     "renew-certificates": "renew kubeadm's certificates, one control plane at a time (the API stays up)",
+    "report": "fleet compliance: each node's driver, CUDA, CANN, firmware, kernel, containerd and kubelet "
+              "against the inventory's baseline (reads only)",
 }
+# Operations that change nothing: no node lock (they never stand in another run's way).
+READ_ONLY = {"report"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -335,6 +339,13 @@ def print_summary(result: RunResult, stream: TextIO) -> None:
         stream.write(f"  {host:<12} " + " ".join(f"{k}={v}" for k, v in counts.items()) + "\n")
     for failure in result.failures:
         stream.write(f"  FAILED {failure['host']}: {failure['task']}: {failure['msg'][:300]}\n")
+    compliance = result.data.get("compliance")
+    if isinstance(compliance, dict) and isinstance(compliance.get("summary"), dict):
+        summary = compliance["summary"]
+        stream.write(f"  {summary.get('compliant')} of {summary.get('nodes')} nodes match the baseline\n")
+        for drift in compliance.get("drift") or []:
+            stream.write(f"  DRIFT {drift['node']} {drift['component']}: {drift['observed'] or 'not found'},"
+                         f" baseline {' or '.join(drift['expected'])}\n")
     stream.write(f"  artifacts: {result.artifacts_dir}\n")
     if result.operation in OPERATIONS:
         stream.write(f"  replay: ansible-runner run {result.private_data_dir}"
@@ -381,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     progress = None if args.quiet or args.verbose else Progress(sys.stderr)
     with ExitStack() as held:
         try:
-            locked = args.nodes or []
+            locked = [] if args.operation in READ_ONLY else args.nodes or []
             if args.operation in WHOLE_CONTROL_PLANE:
                 locked = check_hosts(args.inventory, [CONTROL_PLANE_GROUP])
             for node in sorted(set(locked)):

@@ -53,7 +53,8 @@ import yaml
 OPERATIONS: dict[str, str] = {
     op: f"{op.replace('-', '_')}.yml"
     for op in ("cordon", "uncordon", "drain", "isolate", "firmware-update", "mig-reconfigure",
-               "upgrade-driver", "add-node", "remove-node", "restore-etcd", "renew-certificates")
+               "upgrade-driver", "add-node", "remove-node", "restore-etcd", "renew-certificates",
+               "report")
 }
 STATUSES = ("successful", "failed", "timeout", "canceled")
 RUNS_ENV = "AI_L1_DAY2_RUNS"
@@ -205,6 +206,8 @@ class RunResult:
     limit: list[str] | None = None
     failures: list[dict[str, Any]] = field(default_factory=list)
     check: bool = False
+    # What the playbook returned with set_stats (report.yml: {"compliance": ...}).
+    data: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -228,6 +231,7 @@ class RunResult:
             "duration_s": self.duration_s,
             "hosts": self.stats,
             "failures": self.failures,
+            "data": self.data,
             "private_data_dir": str(self.private_data_dir),
             "artifacts_dir": str(self.artifacts_dir),
         }
@@ -258,6 +262,24 @@ def failure_of(event: dict) -> dict[str, Any] | None:
     msg = res.get("msg") or res.get("stderr") or res.get("reason") or ""
     return {"host": data.get("host", ""), "task": data.get("task", ""),
             "unreachable": kind == "runner_on_unreachable", "msg": str(msg)[:2000]}
+
+
+class _Collected:
+    """What a run's events report: its failures, and the data the playbook returned with set_stats
+    (the playbook_on_stats event's artifact_data)."""
+
+    def __init__(self) -> None:
+        self.failures: list[dict[str, Any]] = []
+        self.data: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def take(self, event: dict) -> None:
+        failure = failure_of(event)
+        with self._lock:
+            if failure:
+                self.failures.append(failure)
+            if event.get("event") == "playbook_on_stats":
+                self.data.update((event.get("event_data") or {}).get("artifact_data") or {})
 
 
 def _as_list(limit: str | Iterable[str] | None) -> list[str] | None:
@@ -471,14 +493,10 @@ def run_operation(
     write_replay(private, operation=operation, project=project, playbook=playbook, inventory=inventory,
                  hosts=hosts, check=bool(check), envvars=envvars)
     prune_runs(runs_dir.resolve(), keep)
-    failures: list[dict[str, Any]] = []
-    lock = threading.Lock()
+    collected = _Collected()
 
     def on_event(event: dict) -> bool:
-        failure = failure_of(event)
-        if failure:
-            with lock:
-                failures.append(failure)
+        collected.take(event)
         if event_handler is not None:
             try:
                 event_handler(event)
@@ -523,6 +541,7 @@ def run_operation(
         started=started,
         finished=finished,
         limit=hosts,
-        failures=failures,
+        failures=collected.failures,
         check=bool(check),
+        data=collected.data,
     )

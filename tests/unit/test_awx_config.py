@@ -47,6 +47,9 @@ NOT_SURVEYED = {
     "day2_firmware_commands": "a per-site dict of argument vectors per accelerator group: inventory (group_vars)",
     "day2_reboot_timeout": "not checked by the playbook (it only applies | int): inventory",
     "day2_new_nodes": "a list of inventory names, which no survey type gives: the template prompts for Variables",
+    "day2_report_file": "a path on the controller, lost with AWX's job container: AWX keeps the report as the job's "
+                        "artifacts (set_stats)",
+    "day2_report_strict": "for a scheduled report that must fail on drift: the schedule's extra variables",
 }
 # Operator variables given through the Variables prompt (no survey type fits), with a valid example.
 PROMPTED = {"day2_new_nodes": ["gpu1"]}

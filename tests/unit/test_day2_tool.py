@@ -575,3 +575,62 @@ def test_a_second_run_on_a_node_in_use_runs_nothing(monkeypatch, project, tmp_pa
         first.join(10)
     assert cli.main(argv) == cli.EXIT_OK
     assert calls == [["node1"], ["node2"], ["node1"]]
+
+
+def test_the_runs_set_stats_data_is_returned_and_the_report_prints_its_drift(project, monkeypatch, capsys):
+    """report.yml returns its report with set_stats: the run's data, in --json and in the summary lines."""
+    compliance = {"summary": {"nodes": 2, "compliant": 1, "drifted": 1},
+                  "drift": [{"node": "node2", "component": "kubelet", "observed": "1.33.7", "expected": ["1.34.4"],
+                             "status": "drift"}]}
+    stats = ("    - name: Return the report\n      ansible.builtin.set_stats:\n        data:\n"
+             f"          compliance: {json.dumps(compliance)}\n        per_host: false\n")
+    (project / "playbooks" / "day2" / "report.yml").write_text(PLAY.format(name="report", extra=stats))
+    code = cli.main(["report", "-i", str(project / "inventory.yml"), "--json", "-q"])
+    out, err = capsys.readouterr()
+    assert code == cli.EXIT_OK, err
+    assert json.loads(out)["data"] == {"compliance": compliance}
+    res = run_operation("report", inventory=project / "inventory.yml", limit=None, extravars={}, quiet=True)
+    cli.print_summary(res, sys.stderr)
+    lines = capsys.readouterr().err.splitlines()
+    assert "  1 of 2 nodes match the baseline" in lines
+    assert "  DRIFT node2 kubelet: 1.33.7, baseline 1.34.4" in lines
+
+
+def test_report_takes_no_node_lock(project, tmp_path):
+    """A read-only report runs while another run holds a node's lock."""
+    with cli.node_lock(tmp_path / "runs", "node1", "drain"):
+        assert cli.main(["report", "-i", str(project / "inventory.yml"), "--node", "node1", "-q",
+                         "--runs-dir", str(tmp_path / "runs")]) == cli.EXIT_OK
+        assert cli.main(["cordon", "-i", str(project / "inventory.yml"), "--node", "node1", "-q",
+                         "--runs-dir", str(tmp_path / "runs")]) == cli.EXIT_BUSY
+
+
+def test_the_real_report_playbook_reads_this_machine_and_changes_nothing(tmp_path, monkeypatch, capsys):
+    """playbooks/day2/report.yml itself, on this machine as a GPU worker (connection local): the
+    kernel matches the baseline, the NVIDIA driver (no NVML here) is missing, nothing on the node
+    changes; day2_report_file gets the JSON and day2_report_strict fails the run on the drift."""
+    import platform  # noqa: PLC0415
+
+    monkeypatch.setenv(runner.PROJECT_ENV, str(REPO))
+    monkeypatch.setenv(runner.RUNS_ENV, str(tmp_path / "runs"))
+    local = "{ansible_connection: local, ansible_python_interpreter: '{{ ansible_playbook_python }}'}"
+    baseline = {"all": {"kernel": platform.release()}, "gpu_nvidia": {"nvidia_driver": "550.54.15"}}
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(f"all:\n  vars:\n    fleet_baseline: {json.dumps(baseline)}\n  children:\n"
+                         f"    k8s_worker:\n      children:\n        gpu_nvidia:\n          hosts:\n"
+                         f"            gpu1: {local}\n")
+    report_file = tmp_path / "report.json"
+    # One run: strict fails it on the drift, after the report is returned and written.
+    code = cli.main(["report", "-i", str(inventory), "--json", "-e", f"day2_report_file={report_file}",
+                     "-e", "day2_report_strict=true"])
+    out, err = capsys.readouterr()
+    assert code == cli.EXIT_FAILED, err
+    assert "1 of 1 nodes differ from the baseline" in err
+    summary = json.loads(out)
+    compliance = summary["data"]["compliance"]
+    assert json.loads(report_file.read_text()) == compliance
+    gpu1 = compliance["nodes"]["gpu1"]["components"]
+    assert gpu1["kernel"] == {"observed": platform.release(), "expected": [platform.release()], "status": "ok"}
+    assert gpu1["nvidia_driver"]["status"] == "missing"
+    assert compliance["summary"] == {"nodes": 1, "compliant": 0, "drifted": 1}
+    assert summary["hosts"]["gpu1"]["changed"] == 0
