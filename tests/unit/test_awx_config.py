@@ -50,6 +50,7 @@ NOT_SURVEYED = {
     "day2_report_file": "a path on the controller, lost with AWX's job container: AWX keeps the report as the job's "
                         "artifacts (set_stats)",
     "day2_report_strict": "for a scheduled report that must fail on drift: the schedule's extra variables",
+    "day2_report_textfile_dir": "the daily metrics run's: its schedule passes it (awx.awx.schedule)",
 }
 # Operator variables given through the Variables prompt (no survey type fits), with a valid example.
 PROMPTED = {"day2_new_nodes": ["gpu1"]}
@@ -476,7 +477,7 @@ def test_every_object_passes_its_module_argument_spec(config):
 def test_the_configuration_covers_the_project(objects):
     assert set(objects) == {"awx.awx.organization", "awx.awx.execution_environment", "awx.awx.credential_type",
                             "awx.awx.credential", "awx.awx.project", "awx.awx.inventory", "awx.awx.inventory_source",
-                            "awx.awx.job_template", "awx.awx.workflow_job_template"}
+                            "awx.awx.job_template", "awx.awx.workflow_job_template", "awx.awx.schedule"}
     playbooks = {jt["playbook"] for jt in objects["awx.awx.job_template"].values()}
     day2 = {f"playbooks/day2/{p.name}" for p in DAY2.glob("*.yml") if p.name != "validate_request.yml"}
     assert playbooks == {"playbooks/site.yml", *day2}
@@ -501,6 +502,18 @@ def test_references_name_objects_of_the_configuration(objects):
         assert set(jt["credentials"]) <= names["credential"], jt["name"]
     for project in objects["awx.awx.project"].values():
         assert project["default_environment"] in names["execution_environment"]
+
+
+def test_each_schedule_runs_a_template_with_variables_its_playbook_reads(objects):
+    templates = objects["awx.awx.job_template"]
+    for name, schedule in objects["awx.awx.schedule"].items():
+        template = templates[schedule["unified_job_template"]]
+        assert schedule["rrule"].startswith("DTSTART:") and "RRULE:FREQ=" in schedule["rrule"], name
+        assert template.get("ask_variables_on_launch") is True, f"{name}: AWX drops a schedule's extra_data otherwise"
+        assert set(schedule["extra_data"]) <= operator_variables(ROOT / template["playbook"]), name
+    metrics = objects["awx.awx.schedule"]["ai-l1 fleet compliance metrics"]
+    assert metrics["extra_data"]["day2_report_textfile_dir"] == yaml.safe_load(
+        (ROOT / "roles/k8s_control_plane/defaults/main.yml").read_text())["k8s_control_plane_textfile_dir"]
 
 
 def test_credentials_fit_their_types(objects):

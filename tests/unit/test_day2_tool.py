@@ -607,8 +607,9 @@ def test_report_takes_no_node_lock(project, tmp_path):
 
 def test_the_real_report_playbook_reads_this_machine_and_changes_nothing(tmp_path, monkeypatch, capsys):
     """playbooks/day2/report.yml itself, on this machine as a GPU worker (connection local): the
-    kernel matches the baseline, the NVIDIA driver (no NVML here) is missing, nothing on the node
-    changes; day2_report_file gets the JSON and day2_report_strict fails the run on the drift."""
+    kernel matches the baseline, the NVIDIA driver (no NVML here) is missing; day2_report_file gets
+    the JSON, day2_report_textfile_dir the node's metrics (the only change on the node) and
+    day2_report_strict fails the run on the drift."""
     import platform  # noqa: PLC0415
 
     monkeypatch.setenv(runner.PROJECT_ENV, str(REPO))
@@ -621,8 +622,9 @@ def test_the_real_report_playbook_reads_this_machine_and_changes_nothing(tmp_pat
                          f"            gpu1: {local}\n")
     report_file = tmp_path / "report.json"
     # One run: strict fails it on the drift, after the report is returned and written.
+    textfile_dir = tmp_path / "textfile"
     code = cli.main(["report", "-i", str(inventory), "--json", "-e", f"day2_report_file={report_file}",
-                     "-e", "day2_report_strict=true"])
+                     "-e", "day2_report_strict=true", "-e", f"day2_report_textfile_dir={textfile_dir}"])
     out, err = capsys.readouterr()
     assert code == cli.EXIT_FAILED, err
     assert "1 of 1 nodes differ from the baseline" in err
@@ -633,4 +635,8 @@ def test_the_real_report_playbook_reads_this_machine_and_changes_nothing(tmp_pat
     assert gpu1["kernel"] == {"observed": platform.release(), "expected": [platform.release()], "status": "ok"}
     assert gpu1["nvidia_driver"]["status"] == "missing"
     assert compliance["summary"] == {"nodes": 1, "compliant": 0, "drifted": 1}
-    assert summary["hosts"]["gpu1"]["changed"] == 0
+    # The metrics run writes the node's textfile, and nothing else on it.
+    metrics = (textfile_dir / "ai_l1_fleet_compliance.prom").read_text()
+    assert ('ai_l1_fleet_component_drift{component="nvidia_driver",observed="not found",expected="550.54.15"} 1'
+            in metrics.splitlines())
+    assert summary["hosts"]["gpu1"]["changed"] == 2  # the directory and the file

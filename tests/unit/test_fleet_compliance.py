@@ -5,6 +5,8 @@ sysfs); bad input is refused with the node's name, never a traceback."""
 
 from __future__ import annotations
 
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.ai_platform.l1.plugins.filter.fleet_compliance import (
     COMPONENTS,
     fleet_compliance,
+    fleet_compliance_metrics,
     fleet_compliance_table,
     observed,
 )
@@ -151,11 +154,47 @@ def test_the_sample_baseline_is_what_the_rollout_installs():
 
     baseline = read("group_vars/all/fleet_baseline.yml")["fleet_baseline"]
     containerd = yaml.safe_load((root / "roles" / "containerd" / "defaults" / "main.yml").read_text())
-    assert baseline["all"]["kubelet"] == read("group_vars/all/cluster.yml")["k8s_version"]
+    ascend_role = yaml.safe_load((root / "roles" / "ascend_driver" / "defaults" / "main.yml").read_text())
     # containerd --version prints the upstream version of the Debian package (1.6.20~ds1-1+deb12u3).
-    assert baseline["all"]["containerd"] == containerd["containerd_version"].rsplit("-", 1)[0]
+    kubernetes_node = {"kubelet": read("group_vars/all/cluster.yml")["k8s_version"],
+                       "containerd": containerd["containerd_version"].rsplit("-", 1)[0]}
+    assert baseline["k8s_control_plane"] == baseline["k8s_worker"] == kubernetes_node
+    assert "storage" not in baseline and "all" not in baseline  # storage nodes run no kubelet
     assert baseline["gpu_nvidia"]["nvidia_driver"] == read("group_vars/gpu_nvidia/nvidia.yml")["nvidia_driver_version"]
     ascend = read("group_vars/npu_ascend/ascend.yml")
     assert baseline["npu_ascend"] == {"ascend_driver": ascend["ascend_driver_version"],
+                                      "ascend_firmware": ascend_role["ascend_driver_firmware_version"],
                                       "cann": ascend["ascend_driver_cann_version"]}
     fleet_compliance({"gpu1": gpu_node()}, baseline)  # the filter takes it
+
+
+def test_a_nodes_metrics_are_its_pinned_components_and_the_reports_time():
+    """The exposition text node_exporter's textfile collector reads, checked by promtool (the format
+    and the naming conventions) and read back."""
+    old_driver = {"gpu_info": dict(GPU["gpu_info"], driver_version='535"161')}
+    report = fleet_compliance({"gpu1": gpu_node(gpu_info=old_driver, ofed=""), "npu1": npu_node()}, BASELINE)
+    text = fleet_compliance_metrics(report, "gpu1", 1765100000.7)
+    check = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True,
+                           timeout=60, check=False)
+    assert check.returncode == 0, check.stdout + check.stderr
+    sample = re.compile(r'^ai_l1_fleet_component_drift\{component="(\w+)",observed="((?:[^"\\]|\\.)*)",'
+                        r'expected="([^"]*)"\} ([01])$')
+    drift = {m[1]: (m[2].replace('\\"', '"'), m[3], int(m[4]))
+             for m in map(sample.match, text.splitlines()) if m}
+    assert drift == {
+        "kernel": ("6.1.0-27-amd64", "6.1.0-27-amd64", 0), "containerd": ("1.6.20~ds1", "1.6.20~ds1", 0),
+        "kubelet": ("1.34.4", "1.34.4", 0), "nvidia_driver": ('535"161', "550.54.15", 1), "cuda": ("12.4", "12.4", 0),
+        "ofed": ("not found", "24.10-1.1.4.0", 1), "nic_firmware": ("28.39.1002", "28.39.1002 or 28.41.1000", 0)}
+    assert text.endswith("\nai_l1_fleet_compliance_timestamp_seconds 1765100000\n")
+
+
+@pytest.mark.parametrize(("host", "timestamp", "message"), [
+    ("gpu9", 1.0, "gpu9 is not a node of the report"),
+    ("gpu1", 0, "seconds since the epoch"),
+    ("gpu1", "now", "seconds since the epoch"),
+    ("gpu1", True, "seconds since the epoch"),
+])
+def test_metrics_of_an_unknown_node_or_a_bad_time_are_refused(host, timestamp, message):
+    report = fleet_compliance({"gpu1": gpu_node()}, BASELINE)
+    with pytest.raises(AnsibleFilterError, match=message):
+        fleet_compliance_metrics(report, host, timestamp)

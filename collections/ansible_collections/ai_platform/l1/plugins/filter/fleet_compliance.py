@@ -207,11 +207,42 @@ def fleet_compliance_table(report):
     summary = report.get('summary', {})
     lines.append('%s of %s nodes match the baseline' % (summary.get('compliant', '?'), summary.get('nodes', '?')))
     for d in report.get('drift', []):
-        lines.append('%s %s: %s, baseline %s' % (d['node'], d['component'], d['observed'] or 'not found',
-                                                  ' or '.join(d['expected'])))
+        found = d['observed'] or 'not found'
+        lines.append('%s %s: %s, baseline %s' % (d['node'], d['component'], found, ' or '.join(d['expected'])))
     return '\n'.join(lines)
+
+
+def _label(value):
+    return str(value).replace('\\', '\\\\').replace('"', '\\"').replace('\n', '\\n')
+
+
+def fleet_compliance_metrics(report, host, timestamp):
+    """One node's part of the report as node_exporter textfile metrics: a drift gauge per pinned
+    component and the time of the report (an alert on its age catches a report that stopped)."""
+    if not isinstance(report, dict) or host not in (report.get('nodes') or {}):
+        _fail('fleet_compliance_metrics: %s is not a node of the report' % host)
+    if isinstance(timestamp, bool) or not isinstance(timestamp, (int, float)) or timestamp <= 0:
+        _fail('fleet_compliance_metrics: the timestamp must be seconds since the epoch, got %r' % (timestamp,))
+    lines = [
+        '# HELP ai_l1_fleet_component_drift 1 when the node runs a version of the component its baseline does not '
+        'allow, or none; 0 when it runs an allowed one (pinned components only).',
+        '# TYPE ai_l1_fleet_component_drift gauge',
+    ]
+    for comp, entry in report['nodes'][host]['components'].items():
+        if entry['status'] == 'unpinned':
+            continue
+        lines.append('ai_l1_fleet_component_drift{component="%s",observed="%s",expected="%s"} %d' % (
+            comp, _label(entry['observed'] or 'not found'), _label(' or '.join(entry['expected'])),
+            0 if entry['status'] == 'ok' else 1))
+    lines += [
+        '# HELP ai_l1_fleet_compliance_timestamp_seconds When the fleet compliance report last read the node.',
+        '# TYPE ai_l1_fleet_compliance_timestamp_seconds gauge',
+        'ai_l1_fleet_compliance_timestamp_seconds %d' % int(timestamp),
+    ]
+    return '\n'.join(lines) + '\n'
 
 
 class FilterModule(object):
     def filters(self):
-        return {'fleet_compliance': fleet_compliance, 'fleet_compliance_table': fleet_compliance_table}
+        return {'fleet_compliance': fleet_compliance, 'fleet_compliance_table': fleet_compliance_table,
+                'fleet_compliance_metrics': fleet_compliance_metrics}
