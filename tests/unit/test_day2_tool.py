@@ -639,4 +639,5 @@ def test_the_real_report_playbook_reads_this_machine_and_changes_nothing(tmp_pat
     metrics = (textfile_dir / "ai_l1_fleet_compliance.prom").read_text()
     assert ('ai_l1_fleet_component_drift{component="nvidia_driver",observed="not found",expected="550.54.15"} 1'
             in metrics.splitlines())
-    assert summary["hosts"]["gpu1"]["changed"] == 2  # the directory and the file
+    # The textfile directory and the metrics file; the report file, written on the controller, counts on gpu1.
+    assert summary["hosts"]["gpu1"]["changed"] == 3
