@@ -1,6 +1,6 @@
 """The fleet compliance report (`ai-l1-day2 report`, playbooks/day2/report.yml) on the lab's seven
 nodes, read through the project's own modules: the kubelet and containerd of every Kubernetes node,
-the NVIDIA driver and CUDA through NVML (the lab's simulated NVML: tests/hardware/nvml), the Ascend
+the NVIDIA driver, CUDA and VBIOS through NVML (the lab's simulated NVML: tests/hardware/nvml), the Ascend
 driver, firmware and CANN from the version files the lab's installers wrote. The rollout installed
 what the sample's baseline pins (the lab's baseline is a link to it), so the fleet is compliant;
 a baseline with another driver pin makes both GPU nodes drift, and strict mode fails the run. The
@@ -34,6 +34,8 @@ def test_the_rolled_out_lab_matches_the_sample_baseline_and_nothing_changes(k8s_
     assert gpu["nvidia_driver"] == {"observed": BASELINE["gpu_nvidia"]["nvidia_driver"],
                                     "expected": [BASELINE["gpu_nvidia"]["nvidia_driver"]], "status": "ok"}
     assert gpu["cuda"]["observed"] and gpu["cuda"]["status"] == "unpinned"
+    # The lab's simulated NVML answers nvmlDeviceGetVbiosVersion with its A100 default.
+    assert gpu["vbios"] == {"observed": "92.00.45.00.03", "expected": None, "status": "unpinned"}
     npu = nodes["npu1"]["components"]
     assert {c: npu[c]["status"] for c in ("ascend_driver", "ascend_firmware", "cann")} == dict.fromkeys(
         ("ascend_driver", "ascend_firmware", "cann"), "ok")

@@ -24,7 +24,9 @@ CONTAINERD_DEBIAN = "containerd github.com/containerd/containerd 1.6.20~ds1 1.6.
 CONTAINERD_DOCKER = "containerd containerd.io 1.7.22 7f7fdf5fed64eb6a7caf99b3e12efcf9d60e311c"
 KUBELET = "Kubernetes v1.34.4"
 OFED = "MLNX_OFED_LINUX-24.10-1.1.4.0:"
-GPU = {"gpu_info": {"present": True, "driver_version": "550.54.15", "cuda_driver_version": "12.4", "count": 8}}
+GPU = {"gpu_info": {"present": True, "driver_version": "550.54.15", "cuda_driver_version": "12.4", "count": 2,
+                    "gpus": [{"index": 0, "vbios_version": "92.00.45.00.03"},
+                             {"index": 1, "vbios_version": "92.00.45.00.03"}]}}
 NPU = {"npu_info": {"present": True, "installed": {"driver": "24.1.rc2", "firmware": "7.5.0.1.129",
                                                    "cann": "8.0.RC2", "toolkit": "8.0.RC2"}}}
 
@@ -61,6 +63,11 @@ BASELINE = {
     (gpu_node(nic_firmware="28.39.1002\n28.41.1000\n"), "nic_firmware", "28.39.1002,28.41.1000"),
     (gpu_node(), "nvidia_driver", "550.54.15"),
     (gpu_node(), "cuda", "12.4"),
+    (gpu_node(), "vbios", "92.00.45.00.03"),
+    (gpu_node(gpu_info={"gpu_info": dict(GPU["gpu_info"], gpus=[{"vbios_version": "92.00.45.00.03"},
+                                                                  {"vbios_version": "92.00.36.00.02"}])}),
+     "vbios", "92.00.36.00.02,92.00.45.00.03"),
+    (gpu_node(gpu_info={"gpu_info": dict(GPU["gpu_info"], gpus=[{"vbios_version": ""}])}), "vbios", ""),
     (gpu_node(gpu_info={"gpu_info": {"present": False, "driver_version": ""}}), "nvidia_driver", ""),
     (npu_node(), "ascend_driver", "24.1.rc2"),
     (npu_node(), "ascend_firmware", "7.5.0.1.129"),

@@ -122,7 +122,7 @@ A100_FULL = [instance("7g.80gb", 0, 0, 0, 8)]
 
 def gpu(index, uuid, pci, **over):
     g = {
-        "index": index, "name": "", "uuid": uuid, "pci_bus_id": pci,
+        "index": index, "name": "", "uuid": uuid, "vbios_version": "92.00.45.00.03", "pci_bus_id": pci,
         "memory_total_mib": 81920, "memory_used_mib": 0, "temperature_c": 30,
         "power_draw_w": 60.0, "power_limit_w": 400.0, "persistence_mode": True,
         "compute_capability": "8.0",
@@ -161,7 +161,8 @@ H100_PCI = ["18", "2A", "3A", "5D", "9A", "AB", "BA", "DB"]
 H100_GPUS = [
     gpu(
         i, "GPU-3f1c9a20-5e6d-4b7c-8a9b-1c2d3e4f5a6%d" % i, "00000000:%s:00.0" % H100_PCI[i],
-        name="NVIDIA H100 80GB HBM3", memory_total_mib=81559, memory_used_mib=1, temperature_c=29,
+        name="NVIDIA H100 80GB HBM3", vbios_version="96.00.99.00.01", memory_total_mib=81559, memory_used_mib=1,
+        temperature_c=29,
         power_draw_w=71.342, power_limit_w=700.0, compute_capability="9.0",
         mig={"capable": True, "current": False, "pending": False, "profiles": H100_PROFILES, "instances": []},
         nvlink={"links_active": 18, "remote_nvswitch": True},
@@ -233,8 +234,8 @@ EXPECT_H200 = system(1, "single", [
         mig={"capable": True, "current": False, "pending": False, "profiles": H200_PROFILES, "instances": []}),
 ], driver="570.124.06", cuda="12.8")
 
-LOST = gpu(1, "", "", memory_total_mib=None, memory_used_mib=None, temperature_c=None, power_draw_w=None,
-           power_limit_w=None, persistence_mode=None, compute_capability="",
+LOST = gpu(1, "", "", vbios_version="", memory_total_mib=None, memory_used_mib=None, temperature_c=None,
+           power_draw_w=None, power_limit_w=None, persistence_mode=None, compute_capability="",
            ecc={"dbe_volatile": None, "dbe_aggregate": None, "sbe_volatile": None, "sbe_aggregate": None},
            remapped_rows=None, errors=["handle: GPU is lost"])
 EXPECT_GARBLED = system(2, "pcie", [

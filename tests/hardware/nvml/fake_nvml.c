@@ -142,6 +142,7 @@ struct fake_gpu {
     char name[96];
     char uuid[96];
     char serial[32];
+    char vbios[32];
     char pci_bus_id[32];
     unsigned int domain, bus, device, pci_device_id, pci_subsystem_id;
     unsigned long long memory_total_mib, memory_used_mib;
@@ -478,6 +479,8 @@ static void load_gpu(int i)
     gpu_str(i, "uuid", g->uuid, sizeof g->uuid, def);
     snprintf(def, sizeof def, "13240000%05d", i);
     gpu_str(i, "serial", g->serial, sizeof g->serial, def);
+    /* An A100 SXM4 80GB's VBIOS as nvidia-smi -q prints it. */
+    gpu_str(i, "vbios_version", g->vbios, sizeof g->vbios, "92.00.45.00.03");
     snprintf(def, sizeof def, "00000000:%02X:00.0", 0x10 + i);
     gpu_str(i, "pci_bus_id", g->pci_bus_id, sizeof g->pci_bus_id, def);
     parse_pci(g);
@@ -856,6 +859,12 @@ EXPORT nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t d, char *serial, unsigned i
 {
     CHECK_DEV(d);
     return copy_str(serial, length, d->serial);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetVbiosVersion(nvmlDevice_t d, char *version, unsigned int length)
+{
+    CHECK_DEV(d);
+    return copy_str(version, length, d->vbios);
 }
 
 static void fill_pci(const struct fake_gpu *d, nvmlPciInfo_t *pci)

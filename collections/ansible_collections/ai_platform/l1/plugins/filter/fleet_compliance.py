@@ -1,9 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2025, ai_platform L1 authors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filters ai_platform.l1.fleet_compliance and ai_platform.l1.fleet_compliance_table: what each node
-runs (driver, CUDA, CANN, firmware, kernel, NIC firmware, containerd, kubelet) against the golden
-baseline of the inventory. Docs in fleet_compliance.yml and fleet_compliance_table.yml.
+"""Filters ai_platform.l1.fleet_compliance, fleet_compliance_table and fleet_compliance_metrics: what
+each node runs (driver, CUDA, VBIOS, CANN, firmware, kernel, NIC firmware, containerd, kubelet) against the golden
+baseline of the inventory. Docs in fleet_compliance.yml, fleet_compliance_table.yml and fleet_compliance_metrics.yml.
 
 The input is what the report play read on each node, unparsed (command output and the results of
 gpu_info and npu_info), so that the parsing is tested here on captured output and the play stays
@@ -17,8 +17,8 @@ import re
 from ansible.errors import AnsibleFilterError
 
 # The components, in report order; each is read from the node's raw facts by PARSERS.
-COMPONENTS = ('kernel', 'containerd', 'kubelet', 'nvidia_driver', 'cuda', 'ascend_driver', 'ascend_firmware',
-              'cann', 'ofed', 'nic_firmware')
+COMPONENTS = ('kernel', 'containerd', 'kubelet', 'nvidia_driver', 'cuda', 'vbios', 'ascend_driver',
+              'ascend_firmware', 'cann', 'ofed', 'nic_firmware')
 RAW_KEYS = frozenset(('groups', 'kernel', 'containerd', 'kubelet', 'gpu_info', 'npu_info', 'ofed', 'nic_firmware'))
 VERSION = re.compile(r'\bv?(\d+\.\d+(?:\.\d+)*(?:[-~+.][0-9A-Za-z.~+-]*)?)')
 
@@ -107,6 +107,9 @@ def observed(raw, host='?'):
         'kubelet': _kubelet(raw.get('kubelet'), host),
         'nvidia_driver': str(gpu.get('driver_version') or '') if gpu.get('present') else '',
         'cuda': str(gpu.get('cuda_driver_version') or '') if gpu.get('present') else '',
+        # Each GPU's VBIOS; one value when they agree (the usual case), all of them when they do not.
+        'vbios': ','.join(sorted({str(g.get('vbios_version') or '') for g in gpu.get('gpus') or []
+                                  if isinstance(g, dict) and g.get('vbios_version')})) if gpu.get('present') else '',
         'ascend_driver': str(installed.get('driver') or ''),
         'ascend_firmware': str(installed.get('firmware') or ''),
         'cann': str(installed.get('cann') or ''),

@@ -176,6 +176,7 @@ def _blank_gpu(index):
         "index": index,
         "name": "",
         "uuid": "",
+        "vbios_version": "",
         "pci_bus_id": "",
         "memory_total_mib": None,
         "memory_used_mib": None,
@@ -346,6 +347,7 @@ def _gpu(nvml, index, handle):
     call = _Caller(nvml, gpu["errors"])
     gpu["name"] = _text(call("name", "nvmlDeviceGetName", handle))
     gpu["uuid"] = _text(call("uuid", "nvmlDeviceGetUUID", handle))
+    gpu["vbios_version"] = _text(call("vbios", "nvmlDeviceGetVbiosVersion", handle))
     pci = call("pci info", "nvmlDeviceGetPciInfo", handle)
     if pci is not None:
         gpu["pci_bus_id"] = _text(pci.busId)

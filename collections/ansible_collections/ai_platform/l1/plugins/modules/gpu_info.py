@@ -168,6 +168,10 @@ gpu_info:
         uuid:
           description: GPU UUID.
           type: str
+        vbios_version:
+          description: The GPU's video BIOS version; empty when NVML does not answer.
+          type: str
+          sample: "92.00.45.00.03"
         pci_bus_id:
           description: PCI address, NVML form.
           type: str
