@@ -466,7 +466,21 @@ def remove(lab: Lab, names: list[str], volumes: list[str], network: bool) -> Non
         podman("volume", "rm", "-f", *volumes, check=False)
     if network:
         for name in lab.networks:
-            podman("network", "rm", "-f", name, check=False)
+            remove_network(name)
+
+
+def remove_network(name: str, tries: int = 10, pause: float = 1.0) -> bool:
+    """podman network rm, again while it fails: on a loaded host a just-removed container can
+    still hold the network for a moment ("network is being used"), and a failed cleanup run once
+    left a test lab's network behind. True when the network is gone; a line says when it is not."""
+    for attempt in range(tries):
+        proc = podman("network", "rm", "-f", name, check=False, timeout=120)
+        if podman("network", "exists", name, check=False).returncode != 0:
+            return True
+        if attempt + 1 < tries:
+            time.sleep(pause)
+    log(f"network {name} not removed: {(proc.stderr or proc.stdout or '').strip()[-300:]}")
+    return False
 
 
 # ---------------------------------------------------------------- commands
