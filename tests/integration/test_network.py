@@ -158,6 +158,11 @@ def test_calico_is_the_pod_network_on_every_node(k8s_cluster):
     assert all(i.startswith("10.89.100.1:5000/calico/node:v3.32.1@sha256:") for i in images), images
     env = {e["name"]: e.get("value") for e in ds["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["CALICO_IPV4POOL_VXLAN"] == "Always" and env["CALICO_IPV4POOL_IPIP"] == "Never"
+    # Felix's health asked by the kubelet itself (the pods above are ready through these probes).
+    node = ds["spec"]["template"]["spec"]["containers"][0]
+    felix = {"host": "localhost", "path": "/readiness", "port": 9099, "scheme": "HTTP"}
+    assert node["readinessProbe"]["httpGet"] == felix
+    assert node["livenessProbe"]["httpGet"]["path"] == "/liveness" and "exec" not in node["livenessProbe"]
     pools = kubectl_json("get ippools.crd.projectcalico.org")["items"]
     assert [(p["spec"]["cidr"], p["spec"]["vxlanMode"]) for p in pools] == [("10.244.0.0/16", "Always")]
     links = on("gpu1", "ip -d link show vxlan.calico")

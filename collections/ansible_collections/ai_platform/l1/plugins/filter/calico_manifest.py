@@ -23,6 +23,10 @@ from ansible_collections.ai_platform.l1.plugins.module_utils.release_manifest im
 # Image repository in the release manifest -> key of the `images` option.
 CALICO_IMAGES = {'calico/node': 'node', 'calico/cni': 'cni', 'calico/kube-controllers': 'kube-controllers'}
 ENCAPSULATION = ('Always', 'CrossSubnet', 'Never')
+# calico-node's probe commands that only ask Felix's health endpoint (calico-node -felix-live is an
+# HTTP GET of http://FELIX_HEALTHHOST:FELIX_HEALTHPORT/liveness, 200-399 healthy): probe -> path.
+FELIX_ONLY_PROBES = {('/bin/calico-node', '-felix-live'): '/liveness',
+                     ('/bin/calico-node', '-felix-ready'): '/readiness'}
 
 
 def _set_env(container, name, value):
@@ -33,6 +37,20 @@ def _set_env(container, name, value):
             item['value'] = value
             return
     env.append({'name': name, 'value': value})
+
+
+def _felix_http_probes(container):
+    """A probe that only asks Felix (the VXLAN backend's, no bird checks) becomes the same HTTP GET done
+    by the kubelet itself: no process started in the container every period on every node."""
+    env = {e.get('name'): e.get('value') for e in container.get('env', [])}
+    host = env.get('FELIX_HEALTHHOST') or 'localhost'
+    port = int(env.get('FELIX_HEALTHPORT') or 9099)
+    for key in ('livenessProbe', 'readinessProbe'):
+        probe = container.get(key) or {}
+        path = FELIX_ONLY_PROBES.get(tuple((probe.get('exec') or {}).get('command') or ()))
+        if path:
+            del probe['exec']
+            probe['httpGet'] = {'host': host, 'path': path, 'port': port}
 
 
 def calico_manifest(documents, images, pool_cidr, *, encapsulation='CrossSubnet', autodetect='kubernetes-internal-ip',
@@ -71,6 +89,7 @@ def calico_manifest(documents, images, pool_cidr, *, encapsulation='CrossSubnet'
         _set_env(node, 'CALICO_IPV4POOL_BLOCK_SIZE', str(block_size))
     for name, value in sorted((node_env or {}).items()):
         _set_env(node, name, str(value))
+    _felix_http_probes(node)
     return objects
 
 
