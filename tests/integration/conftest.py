@@ -58,8 +58,9 @@ _ADMIN_KUBECONFIG: Path | None = None
 TIMINGS = REPO / ".cache" / "integration-timings.json"
 # The tests' playbook runs, the first rollout included, use the mitogen strategy (plugins/strategy:
 # a persistent interpreter per host instead of a new Python per task, about half a run's time).
-# The run that kills a host stays on the default (linear) strategy, as do `make lab`, molecule
-# and the unit tests' runs: the linear path is tested there.
+# The run that kills a host stays on the default (linear) strategy, as do `make lab` and the unit
+# tests' runs: the linear path is tested there. Molecule's scenarios use mitogen too
+# (.config/molecule/config.yml).
 MITOGEN_ENV = {**ENV, "ANSIBLE_STRATEGY": "mitogen_linear"}
 
 
