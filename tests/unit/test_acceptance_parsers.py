@@ -167,3 +167,92 @@ def test_the_verdict_passes_only_when_every_check_passes_and_its_digest_follows_
 def test_a_bandwidth_check_without_a_figure_or_a_threshold_fails(figure, threshold, detail):
     result = acc.at_least("nccl-busbw", figure, threshold, unit="GB/s")
     assert result["passed"] is False and detail in result["detail"]
+
+
+def gpus(count=8, name="NVIDIA A100-SXM4-80GB", links=12):
+    from ansible_collections.ai_platform.l1.plugins.module_utils.nvml import _blank_gpu  # noqa: PLC0415
+
+    out = []
+    for i in range(count):
+        gpu = _blank_gpu(i)
+        gpu.update(name=name, nvlink={"links_active": links, "remote_nvswitch": True},
+                   ecc={"dbe_volatile": 0, "dbe_aggregate": 0, "sbe_volatile": 0, "sbe_aggregate": 0},
+                   remapped_rows={"correctable": 0, "uncorrectable": 0, "pending": False, "failure": False},
+                   retired_pages=None)
+        out.append(gpu)
+    return {"present": True, "reason": "", "count": count, "gpus": out}
+
+
+def failed(checks):
+    return {c["name"]: c["detail"] for c in checks if not c["passed"]}
+
+
+def test_a_healthy_a100_node_passes_every_hardware_check():
+    checks = acc.nvidia_hardware_checks(gpus(), 8, "A100-SXM4")
+    assert [c["name"] for c in checks] == ["gpu-count", "gpu-model", "nvlink", "ecc", "row-remap"]
+    assert failed(checks) == {}
+
+
+@pytest.mark.parametrize(("change", "args", "expected"), [
+    (lambda info: info["gpus"].pop() and info.update(count=7), {}, {"gpu-count": "7 GPUs, the inventory says 8"}),
+    (lambda info: info["gpus"][2].update(name="NVIDIA A100-PCIE-40GB"), {}, {"gpu-model": "GPU 2 is not a A100-SXM4"}),
+    (lambda info: info["gpus"][5]["nvlink"].update(links_active=11), {}, {"nvlink": "GPU 5 has 11 active NVLinks"}),
+    (lambda info: None, {"min_nvlinks": 18},
+     {"nvlink": "; ".join("GPU %d has 12 active NVLinks" % i for i in range(8))}),
+    (lambda info: info["gpus"][1]["ecc"].update(dbe_volatile=3), {},
+     {"ecc": "GPU 1: 3 uncorrectable ECC errors since the driver loaded"}),
+    (lambda info: info["gpus"][4]["remapped_rows"].update(pending=True), {},
+     {"row-remap": "GPU 4: remapped rows or retired pages wait for a GPU reset"}),
+    (lambda info: info["gpus"][4]["remapped_rows"].update(failure=True), {},
+     {"row-remap": "GPU 4: a row remapping failed (replace the GPU)"}),
+])
+def test_each_hardware_fault_fails_its_own_check(change, args, expected):
+    info = gpus()
+    change(info)
+    assert failed(acc.nvidia_hardware_checks(info, 8, "A100-SXM4", **args)) == expected
+
+
+def test_no_gpu_fails_every_hardware_check():
+    info = {"present": False, "reason": "NVML initialisation failed: driver not loaded", "count": 0, "gpus": []}
+    out = failed(acc.nvidia_hardware_checks(info, 8, "A100"))
+    assert set(out) == {"gpu-count", "gpu-model", "nvlink", "ecc", "row-remap"}
+    assert out["gpu-count"] == "0 GPUs, the inventory says 8 (NVML initialisation failed: driver not loaded)"
+
+
+def npus(count=8, health="OK"):
+    chips = [{"npu_id": i, "chip_id": 0, "health": health, "error_codes": [],
+              "ecc": {"hbm_sbe": 0, "hbm_dbe": 0}} for i in range(count)]
+    return {"present": True, "chip_count": count, "chip_model": "910B", "chips": chips,
+            "topology": "hccs-fullmesh", "topology_links": {"HCCS": 28}}
+
+
+def test_ascend_hardware_checks():
+    assert failed(acc.ascend_hardware_checks(npus(), 8, "910B")) == {}
+    sick = npus()
+    sick["chips"][3].update(health="Alarm", error_codes=["80E18005"])
+    sick["chips"][6]["ecc"]["hbm_dbe"] = 2
+    sick.update(topology="hccs-partial", topology_links={"HCCS": 12, "SYS": 16})
+    assert failed(acc.ascend_hardware_checks(sick, 8, "910B")) == {
+        "npu-health": "NPU 3 chip 0: Alarm 80E18005",
+        "hbm-ecc": "NPU 6 chip 0: 2 HBM double-bit errors",
+        "hccs": 'device pairs by link kind {"HCCS": 12, "SYS": 16}'}
+    assert set(failed(acc.ascend_hardware_checks(npus(4), 8, "910A"))) == {"npu-count", "npu-model"}
+    assert "hccs" not in [c["name"] for c in acc.ascend_hardware_checks(npus(), 8, "910B", topology="")]
+
+
+def test_tool_reports_become_checks():
+    passed = acc.dcgm_checks(acc.parse_dcgmi_diag(read("dcgmi-diag-r1-dcgm3-pass.txt")), 1)
+    assert [(c["name"], c["passed"]) for c in passed] == [("dcgm-diag-r1", True)]
+    bad = acc.dcgm_checks(acc.parse_dcgmi_diag(read("dcgmi-diag-r2-dcgm3-memory-fail.txt")), 2)
+    assert failed(bad) == {"dcgm-diag-r2 GPU Memory": "Pending page retirements together with a DBE were detected on "
+                                                      "GPU 3. Drain the GPU and reset it or reboot the node.",
+                           "dcgm-diag-r2 Targeted Stress": "DCGM reports not-run"}
+    fast = acc.nccl_checks(acc.parse_nccl_tests(read("all_reduce_perf-8xa100-pass.txt")), 184.0)
+    assert failed(fast) == {}
+    slow = acc.nccl_checks(acc.parse_nccl_tests(read("all_reduce_perf-8xa100-nvlink-down.txt")), 184.0)
+    assert failed(slow) == {"nccl-allreduce-busbw": "17.21 GB/s below the threshold 184.0",
+                            "nccl-allreduce-correct": "all_reduce_perf found 2 wrong values"}
+    hccl = acc.hccl_checks(acc.parse_hccl_test(read("hccl_test-8x910b-check-failed.txt")), 60.0)
+    assert failed(hccl) == {"hccl-allreduce-bandwidth": "14.4158 GB/s below the threshold 60.0",
+                            "hccl-allreduce-correct": "hccl_test check_result failed at 2 sizes"}
+    assert failed(acc.hccl_checks(acc.parse_hccl_test(read("hccl_test-8x910b-pass.txt")), 60.0)) == {}

@@ -261,3 +261,95 @@ def verdict(node, checks, level=None):
         doc['failed'] = ['(no checks ran)']
     doc['digest'] = digest(dict((k, v) for k, v in doc.items() if k != 'digest'))
     return doc
+
+
+def _gpu_names(gpus):
+    return sorted(set(g.get('name') or '?' for g in gpus))
+
+
+def nvidia_hardware_checks(info, expected_count, expected_model, min_nvlinks=None):
+    """The gate's reads of gpu_info's facts: GPU count and model against the inventory, NVLink, ECC and
+    row remapping. `min_nvlinks`: active NVLinks each GPU must have (None: every GPU as many as the one
+    with the most, so one link down on one GPU fails)."""
+    gpus = info.get('gpus') or []
+    count = info.get('count') or 0
+    checks = [check('gpu-count', count == expected_count, count, expected_count,
+                    detail='' if count == expected_count else '%d GPUs, the inventory says %d%s' % (
+                        count, expected_count, (' (%s)' % info.get('reason')) if info.get('reason') else ''))]
+    wrong = [g for g in gpus if (expected_model or '').lower() not in (g.get('name') or '').lower()]
+    checks.append(check('gpu-model', bool(gpus) and not wrong, ', '.join(_gpu_names(gpus)), expected_model,
+                        detail='' if gpus and not wrong else 'GPU %s is not a %s' % (
+                            ', '.join(str(g.get('index')) for g in wrong) or '(none)', expected_model)))
+    links = dict((g.get('index'), (g.get('nvlink') or {}).get('links_active', 0)) for g in gpus)
+    floor = min_nvlinks if min_nvlinks is not None else max(links.values() or [0])
+    short = [(i, n) for i, n in sorted(links.items()) if n < floor]
+    checks.append(check('nvlink', bool(gpus) and not short, min(links.values() or [0]), floor, unit='links',
+                        detail='; '.join('GPU %s has %d active NVLinks' % s for s in short)))
+    ecc = [(g.get('index'), (g.get('ecc') or {}).get('dbe_volatile')) for g in gpus]
+    dbe = [(i, n) for i, n in ecc if n]
+    detail = '; '.join('GPU %s: %d uncorrectable ECC errors since the driver loaded' % d for d in dbe)
+    checks.append(check('ecc', bool(gpus) and not dbe, sum(n for _, n in dbe), 0, unit='DBE', detail=detail))
+    rows = []
+    for g in gpus:
+        remap = g.get('remapped_rows') or {}
+        pages = g.get('retired_pages') or {}
+        if remap.get('failure'):
+            rows.append('GPU %s: a row remapping failed (replace the GPU)' % g.get('index'))
+        elif remap.get('pending') or pages.get('pending'):
+            rows.append('GPU %s: remapped rows or retired pages wait for a GPU reset' % g.get('index'))
+    checks.append(check('row-remap', bool(gpus) and not rows, len(rows), 0, detail='; '.join(rows)))
+    return checks
+
+
+def ascend_hardware_checks(info, expected_count, expected_model, topology='hccs-fullmesh'):
+    """The gate's reads of npu_info's facts: chip count and model, every chip's health and HBM ECC, and the
+    HCCS topology class (`topology`; empty to skip, for nodes without HCCS)."""
+    chips = info.get('chips') or []
+    count = info.get('chip_count') or 0
+    model = info.get('chip_model') or ''
+    checks = [check('npu-count', count == expected_count, count, expected_count,
+                    detail='' if count == expected_count else '%d chips, the inventory says %d%s' % (
+                        count, expected_count, (' (%s)' % info.get('reason')) if info.get('reason') else '')),
+              check('npu-model', bool(model) and model.lower() == (expected_model or '').lower(), model,
+                    expected_model, detail='' if model.lower() == (expected_model or '').lower() else
+                    'the chips are %s' % (model or 'unknown'))]
+    sick = ['NPU %s chip %s: %s%s' % (c.get('npu_id'), c.get('chip_id'), c.get('health'),
+                                       (' ' + ','.join(c.get('error_codes') or [])) if c.get('error_codes') else '')
+            for c in chips if c.get('health') != 'OK']
+    checks.append(check('npu-health', bool(chips) and not sick, len(sick), 0, detail='; '.join(sick)))
+    dbe = ['NPU %s chip %s: %d HBM double-bit errors' % (c.get('npu_id'), c.get('chip_id'), c['ecc']['hbm_dbe'])
+           for c in chips if (c.get('ecc') or {}).get('hbm_dbe')]
+    checks.append(check('hbm-ecc', bool(chips) and not dbe, len(dbe), 0, detail='; '.join(dbe)))
+    if topology:
+        found = info.get('topology') or ''
+        links = json.dumps(info.get('topology_links') or {}, sort_keys=True)
+        checks.append(check('hccs', found == topology, found, topology,
+                            detail='' if found == topology else 'device pairs by link kind %s' % links))
+    return checks
+
+
+def dcgm_checks(diag, level):
+    """One check per DCGM test that did not pass (or one passing check for the whole run)."""
+    failing = [t for t in diag['tests'] if t['status'] in FAILING]
+    if not failing:
+        return [check('dcgm-diag-r%d' % level, True, diag['status'], PASS)]
+    return [check('dcgm-diag-r%d %s' % (level, t['name']), False, t['status'], PASS,
+                  detail='; '.join(t['messages']) or 'DCGM reports %s' % t['status']) for t in failing]
+
+
+def nccl_checks(report, threshold):
+    """all_reduce bus bandwidth (the peak over sizes) against the threshold; values the test found wrong fail."""
+    out = [at_least('nccl-allreduce-busbw', report['peak_busbw'], threshold, unit='GB/s')]
+    # The summary's out-of-bounds count and the rows' #wrong count the same values, where both are printed.
+    wrong = max(report['wrong'], report['out_of_bounds'] or 0)
+    out.append(check('nccl-allreduce-correct', wrong == 0, wrong, 0, unit='wrong values',
+                     detail='' if wrong == 0 else 'all_reduce_perf found %d wrong values' % wrong))
+    return out
+
+
+def hccl_checks(report, threshold):
+    """hccl_test's all_reduce algorithm bandwidth (the peak over sizes) against the threshold; failed checks fail."""
+    return [at_least('hccl-allreduce-bandwidth', report['peak_alg_bandwidth'], threshold, unit='GB/s'),
+            check('hccl-allreduce-correct', report['failed_checks'] == 0, report['failed_checks'], 0,
+                  unit='failed sizes', detail='' if report['failed_checks'] == 0 else
+                  'hccl_test check_result failed at %d sizes' % report['failed_checks'])]
