@@ -288,7 +288,7 @@ def nvidia_hardware_checks(info, expected_count, expected_model, min_nvlinks=Non
     ecc = [(g.get('index'), (g.get('ecc') or {}).get('dbe_volatile')) for g in gpus]
     dbe = [(i, n) for i, n in ecc if n]
     detail = '; '.join('GPU %s: %d uncorrectable ECC errors since the driver loaded' % d for d in dbe)
-    checks.append(check('ecc', bool(gpus) and not dbe, sum(n for _, n in dbe), 0, unit='DBE', detail=detail))
+    checks.append(check('ecc', bool(gpus) and not dbe, sum(n for i, n in dbe), 0, unit='DBE', detail=detail))
     rows = []
     for g in gpus:
         remap = g.get('remapped_rows') or {}
@@ -313,9 +313,11 @@ def ascend_hardware_checks(info, expected_count, expected_model, topology='hccs-
               check('npu-model', bool(model) and model.lower() == (expected_model or '').lower(), model,
                     expected_model, detail='' if model.lower() == (expected_model or '').lower() else
                     'the chips are %s' % (model or 'unknown'))]
-    sick = ['NPU %s chip %s: %s%s' % (c.get('npu_id'), c.get('chip_id'), c.get('health'),
-                                       (' ' + ','.join(c.get('error_codes') or [])) if c.get('error_codes') else '')
-            for c in chips if c.get('health') != 'OK']
+    sick = []
+    for c in chips:
+        if c.get('health') != 'OK':
+            codes = ' ' + ','.join(c['error_codes']) if c.get('error_codes') else ''
+            sick.append('NPU %s chip %s: %s%s' % (c.get('npu_id'), c.get('chip_id'), c.get('health'), codes))
     checks.append(check('npu-health', bool(chips) and not sick, len(sick), 0, detail='; '.join(sick)))
     dbe = ['NPU %s chip %s: %d HBM double-bit errors' % (c.get('npu_id'), c.get('chip_id'), c['ecc']['hbm_dbe'])
            for c in chips if (c.get('ecc') or {}).get('hbm_dbe')]
