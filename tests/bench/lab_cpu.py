@@ -20,6 +20,7 @@ import collections
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -115,6 +116,7 @@ def by_pod(seconds: float) -> int:
 
 
 def main() -> int:
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the output quietly
     args = sys.argv[1:]
     if args[:1] == ["--pods"]:
         return by_pod(float(args[1]) if len(args) > 1 else 120.0)
