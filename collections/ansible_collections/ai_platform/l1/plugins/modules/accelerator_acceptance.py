@@ -100,13 +100,8 @@ options:
     description: The C(mpirun) that starts one HCCL test process per chip.
     type: str
     default: mpirun
-attributes:
-  check_mode:
-    support: full
-    description: The module only reads and measures; it runs the same in check mode.
-  diff_mode:
-    support: none
-    description: Nothing is changed, so there is no diff.
+extends_documentation_fragment:
+  - ai_platform.l1.attributes.info_module
 notes:
   - The tests load every GPU or NPU of the node; run the gate only on a node that takes no work (the
     C(ai-platform.io/acceptance=pending:NoSchedule) taint of the node lifecycle).
@@ -205,42 +200,50 @@ def run_tool(module, name, argv, timeout, parse):
                                % (command, result.rc, exc, detail))
 
 
-def nvidia_gate(module, p, durations):
+def timed(durations, step, work):
+    """work()'s checks, the seconds it took recorded under durations[step]."""
     started = time.monotonic()
-    checks = acc.nvidia_hardware_checks(p['facts'], p['expected_count'], p['expected_model'], p['min_nvlinks'])
-    durations['hardware'] = round(time.monotonic() - started, 1)
-    if p['dcgm_level']:
-        started = time.monotonic()
-        timeout = p['dcgm_timeout'] or DCGM_TIMEOUTS[p['dcgm_level']]
-        diag, failure = run_tool(module, 'dcgm-diag-r%d' % p['dcgm_level'],
-                                 [p['dcgmi_path'], 'diag', '-r', p['dcgm_level'], '-j'], timeout, acc.parse_dcgmi_diag)
-        checks += [failure] if failure else acc.dcgm_checks(diag, p['dcgm_level'])
-        durations['dcgm'] = round(time.monotonic() - started, 1)
+    checks = work()
+    durations[step] = round(time.monotonic() - started, 1)
+    return checks
+
+
+def tool_checks(module, name, argv, timeout, *, parse, judge):
+    """judge(report) for the tool's report, or the one failing check saying why there is none."""
+    report, failure = run_tool(module, name, argv, timeout, parse)
+    return [failure] if failure else judge(report)
+
+
+def nvidia_gate(module, p, durations):
+    checks = timed(durations, 'hardware', lambda: acc.nvidia_hardware_checks(
+        p['facts'], p['expected_count'], p['expected_model'], p['min_nvlinks']))
+    level = p['dcgm_level']
+    if level:
+        checks += timed(durations, 'dcgm', lambda: tool_checks(
+            module, 'dcgm-diag-r%d' % level, [p['dcgmi_path'], 'diag', '-r', level, '-j'],
+            p['dcgm_timeout'] or DCGM_TIMEOUTS[level], parse=acc.parse_dcgmi_diag,
+            judge=lambda diag: acc.dcgm_checks(diag, level)))
     if p['bandwidth_test']:
-        started = time.monotonic()
-        gpus = p['facts'].get('gpus') or [{}]
         threshold = p['bandwidth_threshold']
         if threshold is None:
+            gpus = p['facts'].get('gpus') or [{}]
             threshold = acc.default_busbw_threshold(gpus[0].get('name'), p['expected_count'])
         argv = [p['nccl_tests_path'], '-b', '1M', '-e', p['nccl_max_bytes'], '-f', '2', '-g', p['expected_count']]
-        report, failure = run_tool(module, 'nccl-allreduce-busbw', argv, p['bandwidth_timeout'], acc.parse_nccl_tests)
-        checks += [failure] if failure else acc.nccl_checks(report, threshold)
-        durations['bandwidth'] = round(time.monotonic() - started, 1)
+        checks += timed(durations, 'bandwidth', lambda: tool_checks(
+            module, 'nccl-allreduce-busbw', argv, p['bandwidth_timeout'], parse=acc.parse_nccl_tests,
+            judge=lambda report: acc.nccl_checks(report, threshold)))
     return checks
 
 
 def ascend_gate(module, p, durations):
-    started = time.monotonic()
-    checks = acc.ascend_hardware_checks(p['facts'], p['expected_count'], p['expected_model'], p['hccs_topology'])
-    durations['hardware'] = round(time.monotonic() - started, 1)
+    checks = timed(durations, 'hardware', lambda: acc.ascend_hardware_checks(
+        p['facts'], p['expected_count'], p['expected_model'], p['hccs_topology']))
     if p['bandwidth_test']:
-        started = time.monotonic()
         n = p['expected_count']
         argv = [p['mpirun_path'], '-n', n, p['hccl_test_path'], '-b', '8K', '-e', '1G', '-f', '2', '-p', n]
-        report, failure = run_tool(module, 'hccl-allreduce-bandwidth', argv, p['bandwidth_timeout'],
-                                   acc.parse_hccl_test)
-        checks += [failure] if failure else acc.hccl_checks(report, p['bandwidth_threshold'])
-        durations['bandwidth'] = round(time.monotonic() - started, 1)
+        checks += timed(durations, 'bandwidth', lambda: tool_checks(
+            module, 'hccl-allreduce-bandwidth', argv, p['bandwidth_timeout'], parse=acc.parse_hccl_test,
+            judge=lambda report: acc.hccl_checks(report, p['bandwidth_threshold'])))
     return checks
 
 
